@@ -1,0 +1,281 @@
+"""Equal-cost shortest-path routing on a fabric: next-hop sets, ECMP paths, spraying weights.
+
+Distances are computed once on the *switch* graph from every leaf (a BFS per leaf with
+``scipy.sparse.csgraph``); a NIC's distance is that of the leaves it is cabled to. Next-hop
+sets are then derived per (switch, destination attachment) and cached, so no path is ever
+enumerated unless asked for (:meth:`Routing.paths`), and path *counts* come from a DP over
+the shortest-path DAG. This stays linear in the fabric size at 32k GPUs.
+
+Failures are a view: ``Routing(fabric, failed_links=...)`` removes those cables from every
+next-hop set (a router's reroute after the link goes down); the fabric itself is unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from functools import cached_property
+
+import numpy as np
+import numpy.typing as npt
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import shortest_path
+
+from fabricscope.fabric.hashing import HashConfig, hash_key
+from fabricscope.fabric.inventory import Fabric
+from fabricscope.model.errors import InventoryError, UnroutableError
+from fabricscope.model.records import FiveTuple
+
+ROCE_PORT = 4791
+
+
+class Routing:
+    """Shortest-path ECMP routing over ``fabric`` with some cables failed.
+
+    Parameters
+    ----------
+    fabric:
+        The inventory.
+    hash_config:
+        How switches (and multi-homed NICs) hash a 5-tuple onto a next hop.
+    failed_links:
+        Link ids (``a|b``) or directed ids (``a->b``, meaning the whole cable) that are down.
+    """
+
+    def __init__(
+        self,
+        fabric: Fabric,
+        *,
+        hash_config: HashConfig | None = None,
+        failed_links: Iterable[str] = (),
+    ) -> None:
+        self.fabric = fabric
+        self.hash = hash_config or HashConfig()
+        ix = fabric.index
+        self._ix = ix
+        usable = np.ones(ix.n_edges, dtype=bool)
+        failed: set[str] = set()
+        for lid in failed_links:
+            e = fabric.edge_index(lid.replace("|", "->")) if "|" in lid else fabric.edge_index(lid)
+            usable[e] = usable[e ^ 1] = False
+            failed.add(fabric.links[e // 2].id)
+        self.failed_links: frozenset[str] = frozenset(failed)
+        self.usable = usable
+        self._nh_cache: dict[tuple[int, tuple[int, ...]], tuple[int, ...]] = {}
+        self._seed = [self.hash.device_seed(n) for n in ix.node_ids]
+        self._key_cache: dict[FiveTuple, bytes] = {}
+
+    # ------------------------------------------------------------------ distances
+    @cached_property
+    def _switch_nodes(self) -> npt.NDArray[np.int64]:
+        return np.flatnonzero(self._ix.is_switch)
+
+    @cached_property
+    def _leaf_nodes(self) -> npt.NDArray[np.int64]:
+        """Switches with at least one usable edge to a NIC."""
+        ix = self._ix
+        mask = self.usable & ix.is_switch[ix.src] & ~ix.is_switch[ix.dst]
+        return np.unique(ix.src[mask])
+
+    @cached_property
+    def _dist(self) -> tuple[npt.NDArray[np.float64], dict[int, int], dict[int, int]]:
+        """Hop distances between switches: D[switch_row, leaf_col]."""
+        ix = self._ix
+        sw = self._switch_nodes
+        row_of = {int(n): i for i, n in enumerate(sw)}
+        leaves = self._leaf_nodes
+        col_of = {int(n): j for j, n in enumerate(leaves)}
+        mask = self.usable & ix.is_switch[ix.src] & ix.is_switch[ix.dst]
+        r = np.array([row_of[int(s)] for s in ix.src[mask]], dtype=np.int64)
+        c = np.array([row_of[int(d)] for d in ix.dst[mask]], dtype=np.int64)
+        g = csr_matrix((np.ones(r.shape[0]), (r, c)), shape=(sw.shape[0], sw.shape[0]))
+        if leaves.shape[0] == 0:
+            return np.zeros((sw.shape[0], 0)), row_of, col_of
+        d = shortest_path(
+            g, method="D", directed=True, unweighted=True,
+            indices=[row_of[int(n)] for n in leaves],
+        )
+        # shortest_path gives D[leaf, switch] from leaf; the graph is symmetric, so transpose.
+        return np.ascontiguousarray(d.T), row_of, col_of
+
+    def _attach(self, nic: int) -> tuple[int, ...]:
+        """Leaf columns a NIC is reachable from (usable cables only)."""
+        ix = self._ix
+        _, _, col_of = self._dist
+        cols = []
+        for e in ix.out_edges[nic]:
+            if self.usable[e]:
+                cols.append(col_of[int(ix.dst[e])])
+        return tuple(sorted(cols))
+
+    # ------------------------------------------------------------------ next hops
+    def next_hops(self, node: int, dst_nic: int) -> tuple[int, ...]:
+        """Usable directed edges out of ``node`` on a shortest path to NIC ``dst_nic``."""
+        att = self._attach(dst_nic)
+        return self._next_hops(node, dst_nic, att)
+
+    def _next_hops(self, node: int, dst_nic: int, att: tuple[int, ...]) -> tuple[int, ...]:
+        ix = self._ix
+        _, _, col_of = self._dist
+        col = col_of.get(node)
+        if col is not None and col in att:
+            # The destination hangs off this leaf: deliver directly.
+            dkey = (node, (-1 - dst_nic,))
+            hit = self._nh_cache.get(dkey)
+            if hit is None:
+                hit = tuple(
+                    e for e in ix.out_edges[node] if self.usable[e] and int(ix.dst[e]) == dst_nic
+                )
+                self._nh_cache[dkey] = hit
+            return hit
+        key = (node, att)
+        hit = self._nh_cache.get(key)
+        if hit is not None:
+            return hit
+        out: tuple[int, ...] = ()
+        if att:
+            d, row_of, _ = self._dist
+            cols = list(att)
+            cands: list[tuple[float, int]] = []
+            for e in ix.out_edges[node]:
+                v = int(ix.dst[e])
+                if self.usable[e] and ix.is_switch[v]:
+                    cands.append((float(d[row_of[v], cols].min()), e))
+            if cands:
+                best = min(dv for dv, _ in cands)
+                if np.isfinite(best):
+                    out = tuple(e for dv, e in cands if dv == best)
+        self._nh_cache[key] = out
+        return out
+
+    # ------------------------------------------------------------------ paths
+    def node(self, device_id: str) -> int:
+        try:
+            return self._ix.node_of[device_id]
+        except KeyError:
+            raise InventoryError(f"{self.fabric.name}: no NIC or switch {device_id!r}") from None
+
+    def flow_tuple(self, src: str, dst: str, *, src_port: int = 49152, dst_port: int = ROCE_PORT) -> FiveTuple:
+        """The 5-tuple a RoCEv2 flow from NIC ``src`` to NIC ``dst`` would carry."""
+        s = self.fabric.devices[src].address or src
+        t = self.fabric.devices[dst].address or dst
+        return FiveTuple(s, t, src_port, dst_port, 17)
+
+    def path(self, src: str, dst: str, flow: FiveTuple | None = None) -> tuple[int, ...]:
+        """The directed edges a 5-tuple takes from NIC ``src`` to NIC ``dst`` under ECMP.
+
+        Raises :class:`UnroutableError` when the endpoints are partitioned.
+        """
+        return self.path_nodes(self.node(src), self.node(dst), flow or self.flow_tuple(src, dst))
+
+    def path_nodes(self, s: int, t: int, flow: FiveTuple) -> tuple[int, ...]:
+        """:meth:`path` on node indices (the fast path used by the simulator)."""
+        ix = self._ix
+        key = self._key_cache.get(flow)
+        if key is None:
+            key = hash_key(flow)
+            if len(self._key_cache) < 1_000_000:
+                self._key_cache[flow] = key
+        att = self._attach(t)
+        out: list[int] = []
+        node = s
+        for _ in range(64):
+            if node == t:
+                return tuple(out)
+            nh = self._next_hops(node, t, att)
+            if not nh:
+                break
+            e = nh[self.hash.bucket(key, self._seed[node], len(nh))] if len(nh) > 1 else nh[0]
+            out.append(e)
+            node = int(ix.dst[e])
+        raise UnroutableError(
+            f"{self.fabric.name}: no path from {ix.node_ids[s]} to {ix.node_ids[t]}"
+            + (f" (failed links: {', '.join(sorted(self.failed_links))})" if self.failed_links else "")
+        )
+
+    def reachable(self, src: str, dst: str) -> bool:
+        try:
+            self.path(src, dst)
+        except UnroutableError:
+            return False
+        return True
+
+    def _dag_order(self, s: int, t: int) -> list[int]:
+        """Nodes of the shortest-path DAG from s to t, in topological order."""
+        ix = self._ix
+        att = self._attach(t)
+        order: list[int] = []
+        seen = {s}
+        frontier = [s]
+        while frontier:
+            order.extend(frontier)
+            nxt: list[int] = []
+            for u in frontier:
+                if u == t:
+                    continue
+                for e in self._next_hops(u, t, att):
+                    v = int(ix.dst[e])
+                    if v not in seen:
+                        seen.add(v)
+                        nxt.append(v)
+            frontier = nxt
+        if t not in seen:
+            raise UnroutableError(
+                f"{self.fabric.name}: no path from {ix.node_ids[s]} to {ix.node_ids[t]}"
+            )
+        return order
+
+    def path_count(self, src: str, dst: str) -> int:
+        """Number of equal-cost shortest paths (a DP over the DAG; nothing is enumerated)."""
+        s, t = self.node(src), self.node(dst)
+        att = self._attach(t)
+        count: dict[int, int] = {s: 1}
+        for u in self._dag_order(s, t):
+            if u == t:
+                continue
+            c = count.get(u, 0)
+            for e in self._next_hops(u, t, att):
+                v = int(self._ix.dst[e])
+                count[v] = count.get(v, 0) + c
+        return count.get(t, 0)
+
+    def spray_weights(self, src: str, dst: str) -> Mapping[int, float]:
+        """Fraction of a sprayed flow's bytes on each directed edge (even split per hop).
+
+        On symmetric Clos fabrics an even split per hop equals an even split over paths.
+        """
+        return self.spray_weights_nodes(self.node(src), self.node(dst))
+
+    def spray_weights_nodes(self, s: int, t: int) -> Mapping[int, float]:
+        att = self._attach(t)
+        frac: dict[int, float] = {s: 1.0}
+        w: dict[int, float] = {}
+        for u in self._dag_order(s, t):
+            if u == t:
+                continue
+            nh = self._next_hops(u, t, att)
+            share = frac.get(u, 0.0) / len(nh)
+            for e in nh:
+                w[e] = w.get(e, 0.0) + share
+                v = int(self._ix.dst[e])
+                frac[v] = frac.get(v, 0.0) + share
+        return w
+
+    def paths(self, src: str, dst: str, *, limit: int = 10_000) -> list[tuple[int, ...]]:
+        """Enumerate equal-cost paths (edge tuples), at most ``limit`` of them."""
+        s, t = self.node(src), self.node(dst)
+        att = self._attach(t)
+        self._dag_order(s, t)  # raises if unroutable
+        out: list[tuple[int, ...]] = []
+        stack: list[tuple[int, tuple[int, ...]]] = [(s, ())]
+        while stack and len(out) < limit:
+            u, acc = stack.pop()
+            if u == t:
+                out.append(acc)
+                continue
+            for e in reversed(self._next_hops(u, t, att)):
+                stack.append((int(self._ix.dst[e]), (*acc, e)))
+        return out
+
+    def edge_ids(self, edges: Iterable[int]) -> list[str]:
+        """Directed link ids of edge indices."""
+        return [self._ix.edge_id(e) for e in edges]

@@ -1,0 +1,1 @@
+"""The simulator: flow-level engine, load balancing, workloads, faults, and the twin."""
