@@ -1,0 +1,1 @@
+"""Active mesh probing: wire format, plan, localization (pure); agent, traceroute, lab (edge)."""

@@ -1,0 +1,1 @@
+"""Composition: wires sources -> pipeline -> store -> analysis; the demo's closed loop."""

@@ -1,0 +1,1 @@
+"""Storage: the embedded DuckDB file (edge)."""

@@ -1,0 +1,1 @@
+"""Training irregularity localization: trace readers (pure parsing) and analysis (pure)."""

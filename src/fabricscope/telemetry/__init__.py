@@ -1,0 +1,1 @@
+"""Streaming telemetry: gNMI paths, processors and detectors (pure); target, collector, sinks (edge)."""
