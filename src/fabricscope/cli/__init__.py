@@ -38,6 +38,13 @@ _COMMAND_MODULES = (
     "fabricscope.cli.straggler",
 )
 
+
+
+@app.callback()
+def _root() -> None:
+    """fabricscope: simulate, observe, probe and localize on AI training fabrics."""
+
+
 for _name in _COMMAND_MODULES:
     try:
         _module = importlib.import_module(_name)
@@ -51,19 +58,7 @@ for _name in _COMMAND_MODULES:
 def main() -> None:
     """Console entry point: run the app, turning our errors into one line and exit code 2."""
     try:
-        app(standalone_mode=False)
+        app()
     except FabricscopeError as exc:
         typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
         sys.exit(2)
-    except typer.Abort:
-        typer.secho("aborted", err=True)
-        sys.exit(130)
-    except SystemExit:
-        raise
-    except Exception as exc:
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
