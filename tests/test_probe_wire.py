@@ -1,0 +1,76 @@
+"""Probe wire format: Hypothesis round trips and rejection reasons."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fabricscope.model.errors import TransportError
+from fabricscope.probe import wire
+
+u32 = st.integers(0, 2**32 - 1)
+u64 = st.integers(0, 2**64 - 1)
+ts = st.integers(0, 2**63 - 1)
+
+
+@given(st.sampled_from([wire.TYPE_REQUEST, wire.TYPE_REPLY]), u32, u64, ts, ts, ts,
+       st.integers(0, 2**16 - 1), st.integers(0, 200))
+def test_round_trip(typ: int, session: int, seq: int, t0: int, t1: int, t2: int,
+                    flags: int, pad: int) -> None:
+    p = wire.ProbePacket(typ, session, seq, t0, t1, t2, flags)
+    raw = wire.encode(p, size=wire.SIZE + pad)
+    assert len(raw) == wire.SIZE + pad
+    assert wire.decode(raw) == p
+
+
+@given(u32, u64, ts, ts, ts)
+def test_reply_in_place_matches_object_reply(session: int, seq: int, t0: int, rx: int, tx: int) -> None:
+    req = wire.ProbePacket(wire.TYPE_REQUEST, session, seq, t0)
+    fast = wire.reply_in_place(wire.encode(req), rx, tx)
+    assert wire.decode(fast) == req.reply(rx, tx)
+    assert fast == wire.encode(req.reply(rx, tx))
+
+
+@given(st.binary(max_size=100))
+def test_arbitrary_bytes_never_crash(data: bytes) -> None:
+    try:
+        p = wire.decode(data)
+    except wire.MalformedPacket as exc:
+        assert exc.reason in {"short", "magic", "version", "type", "timestamps"}
+    else:
+        assert data[:4] == wire.MAGIC and p.type in (1, 2)
+
+
+def _good() -> bytearray:
+    return bytearray(wire.encode(wire.ProbePacket(wire.TYPE_REQUEST, 7, 9, 11)))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "reason"),
+    [
+        (lambda b: b[:20], "short"),
+        (lambda b: b"XXXX" + b[4:], "magic"),
+        (lambda b: b[:4] + bytes([2]) + b[5:], "version"),
+        (lambda b: b[:5] + bytes([9]) + b[6:], "type"),
+        (lambda b: b[:24] + b"\xff" * 8 + b[32:], "timestamps"),
+    ],
+)
+def test_rejection_reasons(mutate, reason: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(wire.MalformedPacket) as ei:
+        wire.decode(bytes(mutate(_good())))
+    assert ei.value.reason == reason
+    assert isinstance(ei.value, TransportError)
+
+
+def test_reply_to_reply_rejected() -> None:
+    rep = wire.encode(wire.ProbePacket(wire.TYPE_REPLY, 1, 1, 1, 2, 3))
+    with pytest.raises(wire.MalformedPacket, match="type"):
+        wire.reply_in_place(rep, 1, 2)
+
+
+def test_encode_rejects_out_of_range() -> None:
+    with pytest.raises(ValueError, match="seq"):
+        wire.encode(wire.ProbePacket(wire.TYPE_REQUEST, 0, -1, 0))
+    with pytest.raises(ValueError, match="type"):
+        wire.encode(wire.ProbePacket(5, 0, 0, 0))
