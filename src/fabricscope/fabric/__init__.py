@@ -1,6 +1,12 @@
 """The fabric model: inventory, builders, routing (paths, ECMP hashing)."""
 
-from fabricscope.fabric.builders import fat_tree_fabric, leaf_spine_fabric
+from fabricscope.fabric.builders import (
+    dual_tor_fabric,
+    fat_tree_fabric,
+    leaf_spine_fabric,
+    multi_plane_fabric,
+    rail_optimized_fabric,
+)
 from fabricscope.fabric.hashing import HashConfig, hash_key
 from fabricscope.fabric.inventory import (
     Device,
@@ -23,9 +29,12 @@ __all__ = [
     "Port",
     "Routing",
     "directed_link_id",
+    "dual_tor_fabric",
     "fat_tree_fabric",
     "hash_key",
     "leaf_spine_fabric",
     "link_id",
+    "multi_plane_fabric",
     "port_device",
+    "rail_optimized_fabric",
 ]

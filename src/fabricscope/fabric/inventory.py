@@ -201,11 +201,12 @@ class Fabric:
                 )
             lnk.append(ln)
         for d in dev.values():
-            if d.role == "nic":
-                if d.host is None or d.host not in dev or dev[d.host].role != "host":
-                    raise InventoryError(
-                        f"{source}: devices[{d.id}].host: NIC must name a host, got {d.host!r}"
-                    )
+            if d.role == "nic" and (
+                d.host is None or d.host not in dev or dev[d.host].role != "host"
+            ):
+                raise InventoryError(
+                    f"{source}: devices[{d.id}].host: NIC must name a host, got {d.host!r}"
+                )
         fab = cls(name=name, devices=dev, ports=prt, links=tuple(lnk), meta=dict(meta or {}))
         fab._check_rails(source)
         return fab
