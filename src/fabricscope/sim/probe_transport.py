@@ -1,0 +1,319 @@
+"""The twin's probe transport: carries probe requests and replies through simulated forwarding.
+
+The ECMP hash of each 5-tuple decides the path (``Routing.path``: the request takes the path of
+its tuple, the reply the path of the swapped tuple), faults from the one fault model act on
+what they cover, and responders stamp receive/send times on their own (offset) clocks:
+
+* ``gray-loss`` (``loss``) on a directed link ``a->b`` or a cable ``a|b``: random drop;
+* ``link-down``: drops everything on the cable (a black hole before routers reconverge);
+* ``link-delay`` (``delay_ns``) on a link: added one-way delay;
+* ``congestion`` (``load``) on a link: exponential queueing delay with mean
+  ``queue_unit_ns * load / (1 - load)`` (M/M/1 waiting time in units of a packet time);
+* ``switch-fault`` (``loss``, ``delay_ns``): every packet entering the switch;
+* ``nic-fault`` (``loss``, ``delay_ns``): every packet sent or received by the NIC;
+* ``cpu-starved`` (``delay_ns``) on a host or NIC: responder processing delay (exponential
+  with that mean), never network loss.
+
+Everything is vectorized over probes: a batch of a million probes costs a few numpy passes.
+Paths are computed once per registered flow. Time enters as arrays of send times (or a
+clock for :meth:`ProbeTransport.send_one`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from fabricscope.fabric.inventory import Fabric
+from fabricscope.fabric.routing import Routing
+from fabricscope.model.errors import ConfigError, UnroutableError
+from fabricscope.model.records import FiveTuple, ProbeSample
+from fabricscope.sim.clock import Clock
+from fabricscope.sim.faults import Fault, FaultSchedule
+
+I64 = npt.NDArray[np.int64]
+LOST = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeBatch:
+    """Columnar probe results: ``t_recv_ns == -1`` (and responder times -1) means lost."""
+
+    flow: I64  # index into the transport's registered flows
+    seq: I64
+    t_send_ns: I64
+    t_resp_rx_ns: I64
+    t_resp_tx_ns: I64
+    t_recv_ns: I64
+
+    def __len__(self) -> int:
+        return int(self.flow.shape[0])
+
+
+@dataclass(frozen=True, slots=True)
+class _Effect:
+    fault: Fault
+    edges: npt.NDArray[np.bool_]  # per directed edge: does the fault act on it?
+    loss: float
+    delay_ns: float
+    kind: str
+
+
+class ProbeTransport:
+    """Carry probes through a twin fabric with faults.
+
+    Parameters
+    ----------
+    fabric, routing:
+        The inventory and its ECMP routing (hash config) that decide paths.
+    faults:
+        The fault schedule (ground truth; the analysis never sees it).
+    seed:
+        Seed for drops, jitter and clock offsets.
+    timeout_ns:
+        A reply slower than this counts as lost (the prober gave up).
+    """
+
+    def __init__(
+        self,
+        fabric: Fabric,
+        *,
+        routing: Routing | None = None,
+        faults: FaultSchedule | None = None,
+        seed: int = 0,
+        timeout_ns: int = 1_000_000_000,
+        jitter_ns: float = 2_000.0,
+        responder_ns: float = 8_000.0,
+        queue_unit_ns: float = 1_000.0,
+        background_loss: float = 0.0,
+    ) -> None:
+        self.fabric = fabric
+        self.routing = routing or Routing(fabric)
+        self.faults = faults or FaultSchedule()
+        self.rng = np.random.default_rng(seed)
+        self.timeout_ns = int(timeout_ns)
+        self.jitter_ns = float(jitter_ns)
+        self.responder_ns = float(responder_ns)
+        self.queue_unit_ns = float(queue_unit_ns)
+        self.background_loss = float(background_loss)
+        ix = fabric.index
+        self._ix = ix
+        # Responders stamp on their own clocks: a per-NIC offset (seconds apart) so nothing
+        # downstream may compare absolute times across hosts.
+        self._offset = self.rng.integers(-10**9, 10**9, size=ix.n_nodes)
+        self.flows: list[tuple[str, str, FiveTuple]] = []
+        self._flow_of: dict[tuple[str, str, FiveTuple], int] = {}
+        self._fwd: list[tuple[int, ...]] = []
+        self._rev: list[tuple[int, ...]] = []
+        self._src_node: list[int] = []
+        self._dst_node: list[int] = []
+        self._arrays: tuple[I64, I64, I64, I64, I64, I64] | None = None
+        self._effects = [self._effect(f) for f in self.faults.faults]
+
+    # ------------------------------------------------------------------ faults
+    def _edges_of_link(self, subject: str) -> npt.NDArray[np.bool_]:
+        m = np.zeros(self._ix.n_edges, dtype=bool)
+        if "->" in subject:
+            m[self.fabric.edge_index(subject)] = True
+        elif "|" in subject:
+            e = self.fabric.edge_index(subject.replace("|", "->"))
+            m[e] = m[e ^ 1] = True
+        else:
+            raise ConfigError(f"fault subject {subject!r}: expected a link 'a->b' or 'a|b'")
+        return m
+
+    def _effect(self, f: Fault) -> _Effect:
+        ix = self._ix
+        m: npt.NDArray[np.bool_]
+        if f.kind in ("gray-loss", "link-down", "link-delay", "congestion"):
+            m = self._edges_of_link(f.subject)
+        elif f.kind == "switch-fault":
+            node = self._node(f.subject)
+            m = ix.dst == node
+        elif f.kind in ("nic-fault", "cpu-starved"):
+            nics = self._nics_of(f.subject)
+            m = np.isin(ix.dst, nics) | np.isin(ix.src, nics)
+        else:
+            m = np.zeros(ix.n_edges, dtype=bool)  # not a probe-visible fault
+        loss = {"gray-loss": f.param("loss", 0.01), "link-down": 1.0,
+                "switch-fault": f.param("loss", 0.1), "nic-fault": f.param("loss", 0.1)}.get(f.kind, 0.0)
+        delay = f.param("delay_ns", 0.0)
+        if f.kind == "congestion":
+            load = min(f.param("load", 0.8), 0.99)
+            delay = self.queue_unit_ns * load / (1.0 - load)
+        if f.kind == "cpu-starved":
+            delay = f.param("delay_ns", 2_000_000.0)
+        if not 0.0 <= loss <= 1.0:
+            raise ConfigError(f"fault {f.kind} on {f.subject}: loss must be in [0, 1], got {loss}")
+        return _Effect(f, m, loss, delay, f.kind)
+
+    def _node(self, dev: str) -> int:
+        try:
+            return self._ix.node_of[dev]
+        except KeyError:
+            raise ConfigError(f"fault subject {dev!r}: not a NIC or switch of {self.fabric.name}") from None
+
+    def _nics_of(self, subject: str) -> list[int]:
+        d = self.fabric.devices.get(subject)
+        if d is None:
+            raise ConfigError(f"fault subject {subject!r}: not a device of {self.fabric.name}")
+        if d.role == "host":
+            return [self._ix.node_of[n.id] for n in self.fabric.nics_of_host[subject]]
+        return [self._node(subject)]
+
+    # ------------------------------------------------------------------ flows
+    def register(self, flows: Sequence[tuple[str, str, FiveTuple]]) -> I64:
+        """Register (src NIC, dst NIC, 5-tuple) flows; returns their indices (idempotent)."""
+        out = np.empty(len(flows), dtype=np.int64)
+        node = self.routing.node
+        for i, fl in enumerate(flows):
+            j = self._flow_of.get(fl)
+            if j is None:
+                src, dst, ft = fl
+                s, t = node(src), node(dst)
+                try:
+                    fwd = self.routing.path_nodes(s, t, ft)
+                    rev = self.routing.path_nodes(
+                        t, s, FiveTuple(ft.dst_ip, ft.src_ip, ft.dst_port, ft.src_port, ft.proto))
+                except UnroutableError:
+                    fwd = rev = (-1,)
+                j = len(self.flows)
+                self.flows.append(fl)
+                self._flow_of[fl] = j
+                self._fwd.append(fwd)
+                self._rev.append(rev)
+                self._src_node.append(s)
+                self._dst_node.append(t)
+                self._arrays = None
+            out[i] = j
+        return out
+
+    def _padded(self) -> tuple[I64, I64, I64, I64, I64, I64]:
+        if self._arrays is None:
+            n = len(self.flows)
+            w = max((len(p) for p in (*self._fwd, *self._rev)), default=1)
+            fwd = np.full((n, w), -1, dtype=np.int64)
+            rev = np.full((n, w), -1, dtype=np.int64)
+            for i in range(n):
+                fwd[i, : len(self._fwd[i])] = self._fwd[i]
+                rev[i, : len(self._rev[i])] = self._rev[i]
+            lat = self._ix.latency_ns
+            lf = np.where(fwd >= 0, lat[np.maximum(fwd, 0)], 0).sum(1)
+            lr = np.where(rev >= 0, lat[np.maximum(rev, 0)], 0).sum(1)
+            self._arrays = (fwd, rev, lf, lr, np.asarray(self._src_node, dtype=np.int64),
+                            np.asarray(self._dst_node, dtype=np.int64))
+        return self._arrays
+
+    def path_edges(self, flow: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(request edges, reply edges) of a registered flow (for tests and plots)."""
+        return self._fwd[flow], self._rev[flow]
+
+    # ------------------------------------------------------------------ carrying
+    def carry(self, flow: I64, t_send_ns: I64, seq: I64 | None = None) -> ProbeBatch:
+        """Send one probe per element (flow index, send time) and return what comes back."""
+        flow = np.asarray(flow, dtype=np.int64)
+        t_send = np.asarray(t_send_ns, dtype=np.int64)
+        n = flow.shape[0]
+        fwd_all, rev_all, lat_f, lat_r, _src_n, dst_n = self._padded()
+        fwd, rev = fwd_all[flow], rev_all[flow]
+        unroutable = fwd[:, 0] < 0
+        p_fwd = np.full(n, 1.0 - self.background_loss) ** (fwd >= 0).sum(1)
+        p_rev = np.full(n, 1.0 - self.background_loss) ** (rev >= 0).sum(1)
+        d_fwd = lat_f[flow].astype(np.float64) + self.rng.exponential(self.jitter_ns, n)
+        d_rev = lat_r[flow].astype(np.float64) + self.rng.exponential(self.jitter_ns, n)
+        proc: npt.NDArray[np.float64] = self.rng.exponential(self.responder_ns / 4.0, n) + self.responder_ns
+        for eff in self._effects:
+            f = eff.fault
+            active = (t_send >= f.start_ns) & (t_send < (f.end_ns if f.end_ns is not None else 2**62))
+            if not active.any():
+                continue
+            if eff.kind == "cpu-starved":
+                resp_nodes = self._nics_of(f.subject)
+                hit = active & np.isin(dst_n[flow], resp_nodes)
+                proc = proc + np.where(hit, self.rng.exponential(eff.delay_ns, n), 0.0)
+                continue
+            if not eff.edges.any():
+                continue
+            cf = np.where(fwd >= 0, eff.edges[np.maximum(fwd, 0)], False).sum(1) * active
+            cr = np.where(rev >= 0, eff.edges[np.maximum(rev, 0)], False).sum(1) * active
+            if eff.loss > 0:
+                p_fwd = p_fwd * (1.0 - eff.loss) ** cf
+                p_rev = p_rev * (1.0 - eff.loss) ** cr
+            if eff.delay_ns > 0:
+                if eff.kind == "congestion":
+                    d_fwd += np.where(cf > 0, self.rng.exponential(eff.delay_ns, n) * cf, 0.0)
+                    d_rev += np.where(cr > 0, self.rng.exponential(eff.delay_ns, n) * cr, 0.0)
+                else:
+                    d_fwd += eff.delay_ns * cf
+                    d_rev += eff.delay_ns * cr
+        ok_fwd = (self.rng.random(n) < p_fwd) & ~unroutable
+        ok_rev = self.rng.random(n) < p_rev
+        t_rx = t_send + d_fwd.astype(np.int64)
+        t_tx = t_rx + proc.astype(np.int64)
+        t_recv = t_tx + d_rev.astype(np.int64)
+        ok = ok_fwd & ok_rev & (t_recv - t_send <= self.timeout_ns)
+        off = self._offset[dst_n[flow]]
+        lost = np.int64(LOST)
+        return ProbeBatch(
+            flow=flow,
+            seq=np.arange(n, dtype=np.int64) if seq is None else np.asarray(seq, dtype=np.int64),
+            t_send_ns=t_send,
+            t_resp_rx_ns=np.where(ok, t_rx + off, lost),
+            t_resp_tx_ns=np.where(ok, t_tx + off, lost),
+            t_recv_ns=np.where(ok, t_recv, lost),
+        )
+
+    def send_one(self, src: str, dst: str, flow: FiveTuple, seq: int, clock: Clock) -> ProbeSample:
+        """One probe sent now (``clock``), as a :class:`ProbeSample`."""
+        j = self.register([(src, dst, flow)])
+        b = self.carry(j, np.array([clock.now_ns()], dtype=np.int64), np.array([seq]))
+        return self.samples(b)[0]
+
+    def samples(self, batch: ProbeBatch) -> list[ProbeSample]:
+        """Convert a batch to records (small batches; analysis prefers the columns)."""
+        out: list[ProbeSample] = []
+        for i in range(len(batch)):
+            src, dst, ft = self.flows[int(batch.flow[i])]
+            rx, tx, rc = int(batch.t_resp_rx_ns[i]), int(batch.t_resp_tx_ns[i]), int(batch.t_recv_ns[i])
+            out.append(ProbeSample(src, dst, ft, int(batch.seq[i]), int(batch.t_send_ns[i]),
+                                   None if rc == LOST else rx, None if rc == LOST else tx,
+                                   None if rc == LOST else rc))
+        return out
+
+
+def round_robin_schedule(
+    flow_groups: Sequence[I64],
+    *,
+    rate_pps: float,
+    start_ns: int,
+    duration_ns: int,
+    rng: np.random.Generator,
+) -> tuple[I64, I64]:
+    """Send times of agents that each cycle through their flows at ``rate_pps``.
+
+    ``flow_groups[a]`` are agent ``a``'s flow indices. Each agent starts at a random phase
+    and a random offset in its flow list (agents are not synchronized). Returns
+    (flow indices, send times) sorted by time.
+    """
+    per = int(rate_pps * duration_ns / 1e9)
+    if per <= 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    gap = 1e9 / rate_pps
+    flows: list[I64] = []
+    times: list[I64] = []
+    k = np.arange(per)
+    for g in flow_groups:
+        if len(g) == 0:
+            continue
+        phase = rng.random() * gap
+        off = int(rng.integers(len(g)))
+        flows.append(g[(off + k) % len(g)])
+        times.append((start_ns + phase + k * gap).astype(np.int64))
+    if not flows:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    f, t = np.concatenate(flows), np.concatenate(times)
+    order = np.argsort(t, kind="stable")
+    return f[order], t[order]
