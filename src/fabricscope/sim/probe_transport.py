@@ -224,7 +224,7 @@ class ProbeTransport:
         p_rev = np.full(n, 1.0 - self.background_loss) ** (rev >= 0).sum(1)
         d_fwd = lat_f[flow].astype(np.float64) + self.rng.exponential(self.jitter_ns, n)
         d_rev = lat_r[flow].astype(np.float64) + self.rng.exponential(self.jitter_ns, n)
-        proc: npt.NDArray[np.float64] = self.rng.exponential(self.responder_ns / 4.0, n) + self.responder_ns
+        proc = np.asarray(self.rng.exponential(self.responder_ns / 4.0, n), dtype=np.float64) + self.responder_ns
         for eff in self._effects:
             f = eff.fault
             active = (t_send >= f.start_ns) & (t_send < (f.end_ns if f.end_ns is not None else 2**62))
