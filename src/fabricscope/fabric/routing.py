@@ -14,18 +14,36 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
-from fabricscope.fabric.hashing import HashConfig, hash_key
+from fabricscope.fabric.hashing import HashConfig, _ip_bytes, hash_key
 from fabricscope.fabric.inventory import Fabric
-from fabricscope.model.errors import InventoryError, UnroutableError
+from fabricscope.model.errors import InventoryError, RoutingError, UnroutableError
 from fabricscope.model.records import FiveTuple
 
 ROCE_PORT = 4791
+EPHEMERAL_PORT = 49152
+MAX_HOPS = 64
+
+
+class PathTable(NamedTuple):
+    """Paths of many flows in CSR form: flow ``i`` takes ``edges[offsets[i]:offsets[i+1]]``.
+
+    ``ok[i]`` is False when flow ``i`` is unroutable (its slice is then empty).
+    """
+
+    offsets: npt.NDArray[np.int64]
+    edges: npt.NDArray[np.int64]
+    ok: npt.NDArray[np.bool_]
+
+    def path(self, i: int) -> tuple[int, ...]:
+        """The directed edges of flow ``i``."""
+        return tuple(int(e) for e in self.edges[self.offsets[i] : self.offsets[i + 1]])
 
 
 class Routing:
@@ -187,10 +205,7 @@ class Routing:
             e = nh[self.hash.bucket(key, self._seed[node], len(nh))] if len(nh) > 1 else nh[0]
             out.append(e)
             node = int(ix.dst[e])
-        raise UnroutableError(
-            f"{self.fabric.name}: no path from {ix.node_ids[s]} to {ix.node_ids[t]}"
-            + (f" (failed links: {', '.join(sorted(self.failed_links))})" if self.failed_links else "")
-        )
+        raise UnroutableError(self._unroutable_msg(s, t))
 
     def reachable(self, src: str, dst: str) -> bool:
         try:
@@ -275,6 +290,189 @@ class Routing:
             for e in reversed(self._next_hops(u, t, att)):
                 stack.append((int(self._ix.dst[e]), (*acc, e)))
         return out
+
+    # ------------------------------------------------------------------ bulk routing
+    @cached_property
+    def _node_ip(self) -> list[bytes]:
+        devs = self.fabric.devices
+        return [_ip_bytes(devs[n].address or n) for n in self._ix.node_ids]
+
+    @cached_property
+    def _seed_terms(self) -> npt.NDArray[np.int64]:
+        """Per node, the xor that turns a flow's seed-0 hash into this node's hash."""
+        return np.array([self.hash.seed_term(sd, 13) for sd in self._seed], dtype=np.int64)
+
+    def flow_keys(
+        self,
+        src_nodes: npt.ArrayLike,
+        dst_nodes: npt.ArrayLike,
+        src_ports: npt.ArrayLike | None = None,
+        dst_ports: npt.ArrayLike | None = None,
+        proto: int = 17,
+    ) -> npt.NDArray[np.uint8]:
+        """The :func:`hash_key` bytes of many RoCEv2 flows, one row each (IPv4 endpoints)."""
+        s = np.asarray(src_nodes, dtype=np.int64)
+        t = np.asarray(dst_nodes, dtype=np.int64)
+        n = s.shape[0]
+        sp = np.broadcast_to(np.asarray(EPHEMERAL_PORT if src_ports is None else src_ports,
+                                        dtype=np.int64), (n,))
+        dp = np.broadcast_to(np.asarray(ROCE_PORT if dst_ports is None else dst_ports,
+                                        dtype=np.int64), (n,))
+        ips = np.frombuffer(b"".join(self._node_ip), dtype=np.uint8).reshape(-1, 4)
+        keys = np.empty((n, 13), dtype=np.uint8)
+        keys[:, 0:4] = ips[s]
+        keys[:, 4:8] = ips[t]
+        keys[:, 8] = proto & 0xFF
+        keys[:, 9] = (sp >> 8) & 0xFF
+        keys[:, 10] = sp & 0xFF
+        keys[:, 11] = (dp >> 8) & 0xFF
+        keys[:, 12] = dp & 0xFF
+        return keys
+
+    @cached_property
+    def _class_tables(self) -> tuple[dict[tuple[int, ...], int], list[tuple[int, ...]]]:
+        return {}, []
+
+    def _dst_classes(self, dst: npt.NDArray[np.int64]) -> tuple[
+        npt.NDArray[np.int64], list[tuple[int, ...]], npt.NDArray[np.int64]
+    ]:
+        """Per flow, the id of its destination's attachment set (the next-hop cache key),
+        the attachment sets, and per class the attached leaf nodes (padded with -1)."""
+        class_of, classes = self._class_tables
+        uniq, inv = np.unique(dst, return_inverse=True)
+        ucls = np.empty(uniq.shape[0], dtype=np.int64)
+        for i, t in enumerate(uniq.tolist()):
+            att = self._attach(t)
+            c = class_of.get(att)
+            if c is None:
+                c = class_of[att] = len(classes)
+                classes.append(att)
+            ucls[i] = c
+        leaves = self._leaf_nodes
+        width = max((len(a) for a in classes), default=1) or 1
+        class_leaves = np.full((len(classes), width), -1, dtype=np.int64)
+        for c, att in enumerate(classes):
+            class_leaves[c, : len(att)] = leaves[list(att)]
+        return ucls[inv.reshape(-1)], classes, class_leaves
+
+    def route_many(
+        self,
+        src_nodes: npt.ArrayLike,
+        dst_nodes: npt.ArrayLike,
+        src_ports: npt.ArrayLike | None = None,
+        *,
+        dst_ports: npt.ArrayLike | None = None,
+        proto: int = 17,
+        strict: bool = True,
+    ) -> PathTable:
+        """ECMP paths of many flows at once, exactly the edges :meth:`path_nodes` gives each.
+
+        Flows are RoCEv2 5-tuples ``(addr(src), addr(dst), src_port, dst_port, proto)``
+        (defaults: source port 49152, destination port 4791, as :meth:`flow_tuple`). All
+        flows advance one hop per step: the (node, destination class) pairs of a step are
+        deduplicated with ``np.unique``, their next-hop sets come from the same cache as
+        :meth:`next_hops`, and the hash of every flow at every hop is one xor (see
+        :meth:`HashConfig.seed_term`). Cost: O(flows x hops) numpy work plus one Python call
+        per distinct (node, class) pair.
+
+        With ``strict`` (default) an unroutable flow raises :class:`UnroutableError`; without
+        it the flow's ``ok`` entry is False and its path empty.
+        """
+        ix = self._ix
+        s = np.ascontiguousarray(src_nodes, dtype=np.int64).reshape(-1)
+        t = np.ascontiguousarray(dst_nodes, dtype=np.int64).reshape(-1)
+        n = s.shape[0]
+        if t.shape[0] != n:
+            raise RoutingError(f"route_many: {n} sources but {t.shape[0]} destinations")
+        if n and (min(s.min(), t.min()) < 0 or max(s.max(), t.max()) >= ix.n_nodes):
+            raise RoutingError(f"route_many: node index out of range 0..{ix.n_nodes - 1}")
+        ok = np.ones(n, dtype=bool)
+        if n == 0:
+            return PathTable(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64), ok)
+        if any(len(b) != 4 for b in self._node_ip):  # IPv6 endpoints: the exact slow path
+            return self._route_each(s, t, src_ports, dst_ports, proto, strict)
+        base = self.hash.base_hashes(self.flow_keys(s, t, src_ports, dst_ports, proto))
+        cls, classes, class_leaves = self._dst_classes(t)
+        n_cls = max(len(classes), 1)
+        terms = self._seed_terms
+        cur = s.copy()
+        steps: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = []
+        length = np.zeros(n, dtype=np.int64)
+        active = np.flatnonzero(cur != t)
+        for _ in range(MAX_HOPS):
+            if active.shape[0] == 0:
+                break
+            c, tt, k = cur[active], t[active], cls[active]
+            deliver = (class_leaves[k] == c[:, None]).any(axis=1)
+            code = c * (n_cls + ix.n_nodes) + np.where(deliver, n_cls + tt, k)
+            uniq, first, ginv = np.unique(code, return_index=True, return_inverse=True)
+            ginv = ginv.reshape(-1)
+            starts = np.empty(uniq.shape[0], dtype=np.int64)
+            lens = np.empty(uniq.shape[0], dtype=np.int64)
+            flat: list[int] = []
+            for g, f in enumerate(first.tolist()):
+                nh = self._next_hops(int(c[f]), int(tt[f]), classes[int(k[f])])
+                starts[g] = len(flat)
+                lens[g] = len(nh)
+                flat.extend(nh)
+            flat_arr = np.asarray(flat, dtype=np.int64)
+            ln = lens[ginv]
+            dead = ln == 0
+            if dead.any():
+                ok[active[dead]] = False
+            live = ~dead
+            act, c, ln, gl = active[live], c[live], ln[live], ginv[live]
+            b = self.hash.buckets(base[act] ^ terms[c], ln)
+            e = flat_arr[starts[gl] + b]
+            steps.append((act, e))
+            length[act] += 1
+            cur[act] = ix.dst[e]
+            active = act[cur[act] != t[act]]
+        if active.shape[0]:
+            ok[active] = False  # a forwarding loop longer than MAX_HOPS: treat as unroutable
+        length[~ok] = 0
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(length, out=offsets[1:])
+        edges = np.empty(int(offsets[-1]), dtype=np.int64)
+        for hop, (act, e) in enumerate(steps):
+            keep = ok[act]
+            edges[offsets[act[keep]] + hop] = e[keep]
+        if strict and not ok.all():
+            bad = int(np.flatnonzero(~ok)[0])
+            raise UnroutableError(self._unroutable_msg(int(s[bad]), int(t[bad]))
+                                  + f" (flow {bad} of {n}; {int((~ok).sum())} unroutable)")
+        return PathTable(offsets, edges, ok)
+
+    def _route_each(
+        self, s: npt.NDArray[np.int64], t: npt.NDArray[np.int64], src_ports: npt.ArrayLike | None,
+        dst_ports: npt.ArrayLike | None, proto: int, strict: bool,
+    ) -> PathTable:
+        n = s.shape[0]
+        sp = np.broadcast_to(np.asarray(EPHEMERAL_PORT if src_ports is None else src_ports), (n,))
+        dp = np.broadcast_to(np.asarray(ROCE_PORT if dst_ports is None else dst_ports), (n,))
+        ok = np.ones(n, dtype=bool)
+        paths: list[tuple[int, ...]] = []
+        for i in range(n):
+            a, z = self._ix.node_ids[int(s[i])], self._ix.node_ids[int(t[i])]
+            flow = self.flow_tuple(a, z, src_port=int(sp[i]), dst_port=int(dp[i]))
+            try:
+                paths.append(self.path_nodes(int(s[i]), int(t[i]), flow._replace(proto=proto)))
+            except UnroutableError:
+                if strict:
+                    raise
+                ok[i] = False
+                paths.append(())
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum([len(p) for p in paths], out=offsets[1:])
+        edges = np.fromiter((e for p in paths for e in p), dtype=np.int64, count=int(offsets[-1]))
+        return PathTable(offsets, edges, ok)
+
+    def _unroutable_msg(self, s: int, t: int) -> str:
+        ix = self._ix
+        return (
+            f"{self.fabric.name}: no path from {ix.node_ids[s]} to {ix.node_ids[t]}"
+            + (f" (failed links: {', '.join(sorted(self.failed_links))})" if self.failed_links else "")
+        )
 
     def edge_ids(self, edges: Iterable[int]) -> list[str]:
         """Directed link ids of edge indices."""
