@@ -1,0 +1,1 @@
+"""Workload generators (collectives, placement, jobs, traffic matrices); public API in ``sim.workloads``."""

@@ -1,0 +1,109 @@
+"""Closed-form collective times (alpha-beta) and the ring time from steady-state flow rates.
+
+Thakur, Rabenseifner & Gropp, "Optimization of collective communication operations in
+MPICH" (IJHPCA 2005): with per-message latency ``a`` and per-byte time ``b = 8 / B`` on a
+link of ``B`` bit/s, for ``p`` ranks and ``n`` bytes per rank
+
+* ring all-reduce                   ``2(p-1) a + 2(p-1)/p n b``
+* ring all-gather / reduce-scatter  ``(p-1) a + (p-1)/p n b``
+* recursive halving-doubling        ``2 log2(p) a + 2(p-1)/p n b``
+* pairwise all-to-all               ``(p-1) a + (p-1)/p n b``
+* double binary tree, pipelined     ``2 ceil(log2 p) a + 2 n b`` (each node sends ``2n`` in
+  total: half the buffer up and down two edges in the tree where it is inner, up one edge in
+  the tree where it is a leaf; pipeline fill ignored)
+
+The bandwidth terms are what nccl-tests' busbw normalizes away: busbw = ``B`` exactly when
+the bandwidth term is the whole time (SIMULATION.md §3).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from fabricscope.model.errors import WorkloadError
+from fabricscope.sim.flows import Workload
+
+ALGORITHMS: dict[str, tuple[str, ...]] = {
+    "allreduce": ("ring", "rhd", "tree"),
+    "allgather": ("ring",),
+    "reducescatter": ("ring",),
+    "alltoall": ("pairwise",),
+}
+
+
+def alpha_beta_time(
+    collective: str,
+    n_ranks: int,
+    size_bytes: float,
+    *,
+    bandwidth_bps: float,
+    alpha_s: float = 0.0,
+    algorithm: str = "ring",
+) -> float:
+    """Predicted seconds for ``collective`` of ``size_bytes`` per rank on links of ``bandwidth_bps``."""
+    p = n_ranks
+    if p < 2:
+        raise WorkloadError(f"alpha-beta: ranks: need at least 2, got {p}")
+    if not bandwidth_bps > 0:
+        raise WorkloadError(f"alpha-beta: bandwidth: must be > 0, got {bandwidth_bps!r}")
+    if algorithm not in ALGORITHMS.get(collective, ()):
+        raise WorkloadError(
+            f"alpha-beta: algorithm: {algorithm!r} is not modelled for {collective!r} "
+            f"(known: {ALGORITHMS})"
+        )
+    b = 8.0 / bandwidth_bps
+    n = size_bytes
+    if collective == "allreduce":
+        if algorithm == "ring":
+            return 2 * (p - 1) * alpha_s + 2 * (p - 1) / p * n * b
+        if algorithm == "rhd":
+            return 2 * math.log2(p) * alpha_s + 2 * (p - 1) / p * n * b
+        return 2 * math.ceil(math.log2(p)) * alpha_s + 2 * n * b
+    return (p - 1) * alpha_s + (p - 1) / p * n * b
+
+
+def ring_time_from_rates(
+    workload: Workload, rates_bps: Sequence[float], *, alpha_s: float = 0.0
+) -> float:
+    """Completion time of a ring collective from one steady-state step's flow rates.
+
+    ``workload`` comes from :func:`~fabricscope.sim.workload.collectives.ring_steady_state`;
+    ``rates_bps[i]`` is the rate (bit/s) flow ``i`` gets when all of them run together (the
+    engine's max-min solution at t = 0). A pipelined ring advances one step when its slowest
+    hop finishes, so channel ``c`` takes ``steps * (alpha + chunk * 8 / min rate of c)`` and
+    the collective ends with its slowest channel. This is the alpha-beta ring formula with
+    ``B`` replaced by the slowest hop's fair share; it is exact for one channel, and a
+    slight over-estimate for several (a channel's idle fast hops could lend bandwidth to
+    another channel's slow hop, which max-min at t = 0 does not see).
+    """
+    meta = workload.meta
+    if not meta.get("steady_state"):
+        raise WorkloadError(f"ring time: workload {workload.name!r} is not a ring steady state")
+    if len(rates_bps) != len(workload.flows):
+        raise WorkloadError(
+            f"ring time: rates: {len(rates_bps)} rates for {len(workload.flows)} flows"
+        )
+    steps = _as_int(meta["steps"])
+    chunk = _as_float(meta["chunk_bytes"])
+    bounds = meta["channel_flows"]
+    assert isinstance(bounds, list)
+    worst = 0.0
+    for lo, hi in bounds:
+        if hi <= lo:
+            continue
+        r = min(float(x) for x in rates_bps[lo:hi])
+        if not r > 0:
+            return math.inf
+        worst = max(worst, steps * (alpha_s + chunk * 8.0 / r))
+    return worst
+
+
+def _as_int(x: object) -> int:
+    assert isinstance(x, int)
+    return x
+
+
+def _as_float(x: object) -> float:
+    assert isinstance(x, int | float)
+    return float(x)
