@@ -50,7 +50,7 @@ def summarize(fabric: Fabric) -> dict[str, Any]:
     switches = {r: roles.get(r, 0) for r in ("leaf", "spine", "core") if roles.get(r, 0)}
     tiers = max((devs[s].tier for s in devs if devs[s].is_switch), default=0)
     links: Counter[str] = Counter()
-    cap: Counter[str] = Counter()
+    cap: dict[str, float] = {}
     up_cap = [0.0] * 4  # C_t: capacity from tier t to tier t + 1
     nic_ports = 0
     nic_cap = 0.0
@@ -58,7 +58,7 @@ def summarize(fabric: Fabric) -> dict[str, Any]:
         ta, tb = devs[port_device(ln.a)].tier, devs[port_device(ln.b)].tier
         pair = _tier_pair(ta, tb)
         links[pair] += 1
-        cap[pair] += ln.capacity_gbps
+        cap[pair] = cap.get(pair, 0.0) + ln.capacity_gbps
         lo, hi = sorted((ta, tb))
         if hi == lo + 1:
             up_cap[lo] += ln.capacity_gbps
