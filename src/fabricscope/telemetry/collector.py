@@ -1,0 +1,307 @@
+"""The gNMI collector: many targets over grpc.aio -> bounded buffer -> processors/detectors -> sinks.
+
+* one Subscribe RPC per (device name, subscription), each reconnecting with exponential
+  backoff and full jitter (AWS architecture blog, "Exponential Backoff And Jitter") after the
+  target goes away; the backoff resets once a stream delivers data again;
+* a bounded buffer between receivers and the writer: when it is full, receivers stop reading
+  (gRPC flow control pushes back on the target) instead of dropping;
+* the writer takes batches, runs the pure pipeline and detectors once, and retries sinks
+  that fail (store outage) with the same backoff, holding the batch — nothing buffered is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from gnmi_pb import gnmi_pb2, gnmi_pb2_grpc
+
+from fabricscope.model.errors import ConfigError, TransportError
+from fabricscope.model.records import Finding, TelemetryEvent
+from fabricscope.telemetry.codec import Flattener, to_proto_path
+from fabricscope.telemetry.config import CollectorConfig, SubscriptionConfig, TargetConfig
+from fabricscope.telemetry.detectors import DetectorSet, build_detector
+from fabricscope.telemetry.paths import parse_path
+from fabricscope.telemetry.processors import Pipeline, build_processor
+from fabricscope.telemetry.sinks import Sink, build_sink
+
+log = logging.getLogger(__name__)
+
+_MODES = {"once": gnmi_pb2.SubscriptionList.ONCE, "poll": gnmi_pb2.SubscriptionList.POLL,
+          "stream": gnmi_pb2.SubscriptionList.STREAM}
+_SMODES = {"sample": gnmi_pb2.SAMPLE, "on-change": gnmi_pb2.ON_CHANGE, "target-defined": gnmi_pb2.TARGET_DEFINED}
+_ENC = {"proto": gnmi_pb2.PROTO, "json_ietf": gnmi_pb2.JSON_IETF}
+
+
+class EventBuffer:
+    """A bounded FIFO of events; ``put`` waits while full (backpressure, never drops)."""
+
+    def __init__(self, max_events: int) -> None:
+        self.max_events = max_events
+        self._q: deque[list[TelemetryEvent]] = deque()
+        self.size = 0
+        self.high_water = 0
+        self._not_full = asyncio.Event()
+        self._not_full.set()
+        self._not_empty = asyncio.Event()
+
+    async def put(self, events: list[TelemetryEvent]) -> None:
+        while self.size >= self.max_events:
+            self._not_full.clear()
+            await self._not_full.wait()
+        self._q.append(events)
+        self.size += len(events)
+        self.high_water = max(self.high_water, self.size)
+        self._not_empty.set()
+
+    def take(self, max_events: int) -> list[TelemetryEvent]:
+        out: list[TelemetryEvent] = []
+        while self._q and len(out) < max_events:
+            chunk = self._q.popleft()
+            room = max_events - len(out)
+            if len(chunk) > room:
+                self._q.appendleft(chunk[room:])
+                chunk = chunk[:room]
+            out += chunk
+        self.size -= len(out)
+        if not self._q:
+            self._not_empty.clear()
+        if self.size < self.max_events:
+            self._not_full.set()
+        return out
+
+    async def wait(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._not_empty.wait(), timeout)
+
+
+@dataclass
+class TargetStats:
+    name: str
+    connects: int = 0
+    errors: int = 0
+    updates: int = 0
+    syncs: int = 0
+    last_error: str = ""
+
+
+@dataclass
+class CollectorStats:
+    received: int = 0
+    written: int = 0
+    findings: int = 0
+    sink_retries: int = 0
+    targets: dict[str, TargetStats] = field(default_factory=dict)
+
+
+def _read(path: str | None, what: str) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot read {path!r}: {exc.strerror}") from exc
+
+
+class Collector:
+    """Run a :class:`CollectorConfig`. ``sinks``/``pipeline``/``detectors`` default to the config's."""
+
+    def __init__(
+        self,
+        config: CollectorConfig,
+        *,
+        sinks: Sequence[Sink] | None = None,
+        pipeline: Pipeline | None = None,
+        detectors: DetectorSet | None = None,
+        on_findings: Callable[[list[Finding]], None] | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.cfg = config
+        self.sinks = list(sinks) if sinks is not None else [build_sink(s.type, s.options) for s in config.sinks]
+        self.pipeline = pipeline or Pipeline([build_processor(p) for p in config.processors])
+        self.detectors = detectors if detectors is not None else DetectorSet(
+            [build_detector(k, v) for k, v in config.detectors.items()])
+        self.on_findings = on_findings
+        self.stats = CollectorStats()
+        self._rng = random.Random(seed)
+        self._flat = Flattener()
+        self.buffer: EventBuffer | None = None
+        self._stop = asyncio.Event()
+        self._done_once = 0
+
+    # ------------------------------------------------------------------ connection
+    def _metadata(self, t: TargetConfig) -> tuple[tuple[str, str], ...]:
+        if t.username is None:
+            return ()
+        pw = t.password
+        if t.password_env is not None:
+            pw = os.environ.get(t.password_env)
+            if pw is None:
+                raise ConfigError(f"{self.cfg.source}: targets.{t.name}.password-env: "
+                                  f"environment variable {t.password_env!r} is not set")
+        return (("username", t.username), ("password", pw or ""))
+
+    def _channel(self, t: TargetConfig) -> grpc.aio.Channel:
+        opts: list[tuple[str, str | int]] = [("grpc.max_receive_message_length", 64 << 20)]
+        if t.tls is None:
+            return grpc.aio.insecure_channel(t.address, options=opts)
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=_read(t.tls.ca_file, f"targets.{t.name}.tls.ca-file"),
+            private_key=_read(t.tls.key_file, f"targets.{t.name}.tls.key-file"),
+            certificate_chain=_read(t.tls.cert_file, f"targets.{t.name}.tls.cert-file"),
+        )
+        if t.tls.server_name:
+            opts.append(("grpc.ssl_target_name_override", t.tls.server_name))
+        return grpc.aio.secure_channel(t.address, creds, options=opts)
+
+    def _request(self, name: str, s: SubscriptionConfig) -> gnmi_pb2.SubscribeRequest:
+        prefix = to_proto_path(parse_path(s.prefix) if s.prefix else parse_path("/"), target=name)
+        subs = [gnmi_pb2.Subscription(
+            path=to_proto_path(parse_path(p)), mode=_SMODES[s.stream_mode],
+            sample_interval=s.sample_interval_ns, suppress_redundant=s.suppress_redundant,
+            heartbeat_interval=s.heartbeat_interval_ns) for p in s.paths]
+        return gnmi_pb2.SubscribeRequest(subscribe=gnmi_pb2.SubscriptionList(
+            prefix=prefix, subscription=subs, mode=_MODES[s.mode], encoding=_ENC[s.encoding],
+            updates_only=s.updates_only))
+
+    async def _requests(self, req: gnmi_pb2.SubscribeRequest, s: SubscriptionConfig) -> AsyncIterator[gnmi_pb2.SubscribeRequest]:
+        yield req
+        if s.mode == "poll":
+            while True:
+                await asyncio.sleep(s.poll_interval_ns / 1e9)
+                yield gnmi_pb2.SubscribeRequest(poll=gnmi_pb2.Poll())
+        else:
+            await self._stop.wait()
+
+    async def _subscription(self, t: TargetConfig, ch: grpc.aio.Channel, name: str, s: SubscriptionConfig) -> None:
+        key = f"{t.name}/{name}/{s.name}"
+        st = self.stats.targets.setdefault(key, TargetStats(key))
+        md = self._metadata(t)
+        stub = gnmi_pb2_grpc.gNMIStub(ch)
+        delay = self.cfg.backoff_initial_ns / 1e9
+        assert self.buffer is not None
+        buf = self.buffer
+        flatten = self._flat.flatten
+        while not self._stop.is_set():
+            st.connects += 1
+            try:
+                call = stub.Subscribe(self._requests(self._request(name, s), s), metadata=md)
+                async for resp in call:
+                    if resp.HasField("update"):
+                        evs = flatten(resp.update, default_target=name)
+                        st.updates += len(evs)
+                        self.stats.received += len(evs)
+                        await buf.put(evs)
+                        delay = self.cfg.backoff_initial_ns / 1e9  # healthy again
+                    elif resp.sync_response:
+                        st.syncs += 1
+                if s.mode == "once":
+                    return
+            except grpc.aio.AioRpcError as exc:
+                st.errors += 1
+                st.last_error = f"{exc.code().name}: {exc.details()}"
+                log.warning("gnmi %s: %s; retrying in %.1fs", key, st.last_error, delay)
+            except asyncio.CancelledError:
+                raise
+            if self._stop.is_set():
+                return
+            # full jitter, exponential growth, capped
+            await self._sleep(self._rng.uniform(0.5, 1.0) * delay)
+            delay = min(delay * 2, self.cfg.backoff_max_ns / 1e9)
+
+    async def _sleep(self, s: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), s)
+
+    # ------------------------------------------------------------------ writing
+    def _write(self, events: list[TelemetryEvent], findings: list[Finding]) -> None:
+        for sink in self.sinks:
+            sink.write(events, findings)
+
+    async def _writer(self) -> None:
+        assert self.buffer is not None
+        buf = self.buffer
+        flush = self.cfg.flush_interval_ns / 1e9
+        while True:
+            if buf.size < self.cfg.batch_max:
+                await buf.wait(flush)
+            raw = buf.take(self.cfg.batch_max)
+            if not raw:
+                if self._stop.is_set():
+                    return
+                continue
+            events = self.pipeline(raw)
+            findings = self.detectors(raw)
+            if findings:
+                self.stats.findings += len(findings)
+                if self.on_findings is not None:
+                    self.on_findings(findings)
+            delay = self.cfg.backoff_initial_ns / 1e9
+            while True:
+                try:
+                    await asyncio.to_thread(self._write, events, findings)
+                    break
+                except TransportError as exc:
+                    # keep the batch; the buffer keeps filling (then pushes back)
+                    self.stats.sink_retries += 1
+                    log.warning("sink write failed (%s); retrying in %.1fs", exc, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, self.cfg.backoff_max_ns / 1e9)
+            self.stats.written += len(raw)
+
+    # ------------------------------------------------------------------ run
+    async def run(self, *, duration_s: float | None = None) -> CollectorStats:
+        """Collect until :meth:`stop` (or ``duration_s``; ONCE-only configs end by themselves)."""
+        self.buffer = EventBuffer(self.cfg.buffer_max_events)
+        self._stop = asyncio.Event()
+        channels: list[grpc.aio.Channel] = []
+        tasks: list[asyncio.Task[None]] = []
+        for t in self.cfg.targets:
+            self._metadata(t)  # fail fast on a missing password-env
+            ch = self._channel(t)
+            channels.append(ch)
+            for name in t.names:
+                for s in self.cfg.subscriptions_of(t):
+                    tasks.append(asyncio.create_task(self._subscription(t, ch, name, s)))
+        writer = asyncio.create_task(self._writer())
+        t_end = None if duration_s is None else time.monotonic() + duration_s
+        try:
+            while not self._stop.is_set():
+                if all(tk.done() for tk in tasks):
+                    break
+                left = None if t_end is None else t_end - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                await asyncio.wait([*tasks, asyncio.ensure_future(self._stop.wait())],
+                                   timeout=min(left, 0.5) if left is not None else 0.5,
+                                   return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._stop.set()
+            for tk in tasks:
+                tk.cancel()
+            for tk in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await tk
+            await writer  # drains the buffer: everything received is written
+            for ch in channels:
+                await ch.close()
+        for tk in tasks:
+            if tk.done() and not tk.cancelled() and tk.exception() is not None:
+                raise TransportError(f"collector: {tk.exception()}")
+        return self.stats
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def close(self) -> None:
+        for s in self.sinks:
+            s.close()

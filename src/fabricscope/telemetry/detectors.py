@@ -1,0 +1,313 @@
+"""Telemetry detectors: raw leaf events in, :class:`Finding` out (micro-burst, errors, flaps, pause storms).
+
+Each detector is a small stateful object ``events -> findings`` that reads time only from
+the events, so it runs identically on the twin's simulated clock and on live switches.
+Detectors work on raw counters (they difference them themselves) so they can sit next to
+any processor chain. A finding is emitted once per *episode*: a port that stays bad does
+not re-alert every sample; it re-arms after ``quiet_ns`` without evidence.
+
+Thresholds follow operator practice for RoCE fabrics: queue watermark above the ECN
+``Kmax`` region (DCQCN, Zhu et al., SIGCOMM'15), ECN marking rates far above the background,
+any FCS/CRC increase (gray links, Zhang et al. "007", NSDI'18 treat any drop as evidence),
+>= 2 carrier transitions in a window, PFC pause rates that would stall a 400G port.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from fabricscope.model.errors import ConfigError
+from fabricscope.model.records import Finding, TelemetryEvent
+
+__all__ = [
+    "DETECTORS",
+    "Detector",
+    "DetectorSet",
+    "ErrorIncreaseDetector",
+    "FlapDetector",
+    "MicroBurstDetector",
+    "PauseStormDetector",
+    "build_detector",
+    "port_of",
+]
+
+Events = Sequence[TelemetryEvent]
+
+
+class Detector(Protocol):
+    def __call__(self, events: Events) -> list[Finding]: ...
+
+
+def port_of(e: TelemetryEvent) -> str:
+    """The inventory port id an event is about (``<target>:<interface>``), else the target."""
+    t = e.tags
+    ifc = t.get("interface_name") or t.get("interface_interface-id") or t.get("component_name")
+    return f"{e.target}:{ifc}" if ifc else e.target
+
+
+def _leaf(name: str) -> str:
+    return name.rsplit("/", 1)[-1]
+
+
+def _num(v: object) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    return float(v)
+
+
+@dataclass
+class _Episode:
+    start_ns: int
+    last_ns: int
+    peak: float
+    count: int = 1
+    escalated: bool = False
+
+
+class _CounterState:
+    """Per-series previous sample, for deltas and rates."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str, str], tuple[int, float]] = {}
+
+    def delta(self, key: tuple[str, str, str], ts: int, v: float) -> tuple[float, int] | None:
+        prev = self._last.get(key)
+        self._last[key] = (ts, v)
+        if prev is None or ts <= prev[0]:
+            return None
+        return (v - prev[1] if v >= prev[1] else v), ts - prev[0]
+
+
+class _EpisodeDetector:
+    """Shared episode bookkeeping: open on evidence, close after ``quiet_ns`` without."""
+
+    kind = ""
+    action = ""
+
+    def __init__(self, *, quiet_ns: int = 5_000_000_000) -> None:
+        self.quiet_ns = quiet_ns
+        self._open: dict[str, _Episode] = {}
+
+    def _evidence(self, subject: str, ts: int, value: float, ev: str, details: Mapping[str, float | int | str],
+                  score: float) -> Finding | None:
+        ep = self._open.get(subject)
+        if ep is not None and ts - ep.last_ns <= self.quiet_ns:
+            ep.last_ns = ts
+            ep.peak = max(ep.peak, value)
+            ep.count += 1
+            return None
+        self._open[subject] = _Episode(ts, ts, value)
+        return Finding(self.kind, subject, score, (ts, ts), (ev,), self.action, dict(details))
+
+
+class MicroBurstDetector(_EpisodeDetector):
+    """Queue build-up from buffer watermarks and ECN marking rate.
+
+    Evidence: a watermark sample >= ``watermark_bytes``, or an ECN-mark rate >=
+    ``ecn_rate`` marks/s between two samples of the ECN counter. The finding's window starts
+    at the first sample that showed it (the burst happened within the preceding sample
+    interval). An episode still showing evidence after ``sustain_ns`` escalates once to
+    ``queue-buildup`` (a standing queue: congestion rather than a burst).
+    """
+
+    kind = "micro-burst"
+    action = "check incast / ECMP imbalance on this egress; compare with flow placement"
+
+    def __init__(self, *, watermark_bytes: float = 1e6, ecn_rate: float = 500.0,
+                 sustain_ns: int = 3_000_000_000, quiet_ns: int = 2_000_000_000) -> None:
+        super().__init__(quiet_ns=quiet_ns)
+        self.watermark_bytes = watermark_bytes
+        self.ecn_rate = ecn_rate
+        self.sustain_ns = sustain_ns
+        self._ctr = _CounterState()
+
+    def __call__(self, events: Events) -> list[Finding]:
+        out: list[Finding] = []
+        for e in events:
+            leaf = _leaf(e.name)
+            if leaf not in ("watermark-bytes", "ecn-marked-pkts"):
+                continue
+            v = _num(e.value)
+            if v is None:
+                continue
+            subject = port_of(e)
+            if leaf == "watermark-bytes":
+                if v < self.watermark_bytes:
+                    continue
+                f = self._evidence(subject, e.ts_ns, v, f"watermark {v:.0f} B >= {self.watermark_bytes:.0f} B",
+                                   {"watermark_bytes": v}, min(1.0, 0.5 + 0.5 * v / (4 * self.watermark_bytes)))
+            else:
+                d = self._ctr.delta((e.target, subject, e.name), e.ts_ns, v)
+                if d is None:
+                    continue
+                rate = d[0] * 1e9 / d[1]
+                if rate < self.ecn_rate:
+                    continue
+                f = self._evidence(subject, e.ts_ns, rate, f"ECN marks {rate:.0f}/s >= {self.ecn_rate:.0f}/s",
+                                   {"ecn_marks_per_s": rate, "ecn_marks": d[0]},
+                                   min(1.0, 0.5 + 0.5 * rate / (10 * self.ecn_rate)))
+            if f is not None:
+                out.append(f)
+            else:
+                ep = self._open[subject]
+                if not ep.escalated and ep.last_ns - ep.start_ns >= self.sustain_ns:
+                    ep.escalated = True
+                    out.append(Finding("queue-buildup", subject, 0.9, (ep.start_ns, ep.last_ns),
+                                       (f"queue evidence for {(ep.last_ns - ep.start_ns) / 1e9:.1f} s",),
+                                       "standing queue: look for a congested or degraded link downstream",
+                                       {"peak": ep.peak, "samples": ep.count}))
+        return out
+
+
+class ErrorIncreaseDetector(_EpisodeDetector):
+    """Any increase of error / discard counters (FCS, CRC, in/out errors and discards)."""
+
+    kind = "error-counter-increase"
+    action = "gray link suspect: check optics (rx power, pre-FEC BER), reseat or replace the cable"
+    COUNTERS = frozenset({"in-errors", "in-fcs-errors", "in-crc-errors", "out-errors", "in-discards",
+                          "out-discards", "dropped-pkts"})
+
+    def __init__(self, *, min_increase: float = 1.0, quiet_ns: int = 30_000_000_000) -> None:
+        super().__init__(quiet_ns=quiet_ns)
+        self.min_increase = min_increase
+        self._ctr = _CounterState()
+
+    def __call__(self, events: Events) -> list[Finding]:
+        out: list[Finding] = []
+        for e in events:
+            leaf = _leaf(e.name)
+            if leaf not in self.COUNTERS:
+                continue
+            v = _num(e.value)
+            if v is None:
+                continue
+            subject = port_of(e)
+            d = self._ctr.delta((e.target, subject, e.name), e.ts_ns, v)
+            if d is None or d[0] < self.min_increase:
+                continue
+            f = self._evidence(subject, e.ts_ns, d[0], f"{leaf} +{d[0]:.0f} in {d[1] / 1e9:.2f} s",
+                               {"counter": leaf, "increase": d[0]}, min(1.0, 0.6 + 0.1 * d[0] / self.min_increase))
+            if f is not None:
+                out.append(f)
+        return out
+
+
+class FlapDetector(_EpisodeDetector):
+    """Oper-status flaps: >= ``min_transitions`` changes within ``window_ns`` (from the
+    oper-status leaf or the carrier-transitions counter)."""
+
+    kind = "link-flap"
+    action = "flapping link: check the optic and cable, consider draining the link"
+
+    def __init__(self, *, min_transitions: int = 2, window_ns: int = 10_000_000_000,
+                 quiet_ns: int = 30_000_000_000) -> None:
+        super().__init__(quiet_ns=quiet_ns)
+        self.min_transitions = min_transitions
+        self.window_ns = window_ns
+        self._state: dict[str, str] = {}
+        self._changes: dict[str, list[int]] = {}
+        self._ctr = _CounterState()
+
+    def __call__(self, events: Events) -> list[Finding]:
+        out: list[Finding] = []
+        for e in events:
+            leaf = _leaf(e.name)
+            subject = port_of(e)
+            n_new = 0
+            if leaf == "oper-status":
+                prev = self._state.get(subject)
+                self._state[subject] = str(e.value)
+                if prev is not None and prev != str(e.value):
+                    n_new = 1
+            elif leaf == "carrier-transitions":
+                v = _num(e.value)
+                d = self._ctr.delta((e.target, subject, e.name), e.ts_ns, v) if v is not None else None
+                if d is not None:
+                    n_new = int(d[0])
+            else:
+                continue
+            if n_new <= 0:
+                continue
+            ch = self._changes.setdefault(subject, [])
+            ch.extend([e.ts_ns] * n_new)
+            ch[:] = [t for t in ch if e.ts_ns - t <= self.window_ns]
+            if len(ch) >= self.min_transitions:
+                f = self._evidence(subject, e.ts_ns, len(ch),
+                                   f"{len(ch)} oper-status transitions in {self.window_ns / 1e9:.0f} s",
+                                   {"transitions": len(ch)}, min(1.0, 0.5 + 0.1 * len(ch)))
+                if f is not None:
+                    out.append(Finding(f.kind, f.subject, f.score, (ch[0], e.ts_ns), f.evidence, f.action, f.details))
+        return out
+
+
+class PauseStormDetector(_EpisodeDetector):
+    """PFC pause frames at a rate >= ``rate`` frames/s on a port (sent or received)."""
+
+    kind = "pause-storm"
+    action = "PFC storm: find the port sending pauses (stuck NIC / receiver), enable the PFC watchdog"
+    COUNTERS = frozenset({"in-mac-pause-frames", "out-mac-pause-frames", "in-pause-frames", "out-pause-frames"})
+
+    def __init__(self, *, rate: float = 10_000.0, quiet_ns: int = 10_000_000_000) -> None:
+        super().__init__(quiet_ns=quiet_ns)
+        self.rate = rate
+        self._ctr = _CounterState()
+
+    def __call__(self, events: Events) -> list[Finding]:
+        out: list[Finding] = []
+        for e in events:
+            leaf = _leaf(e.name)
+            if leaf not in self.COUNTERS:
+                continue
+            v = _num(e.value)
+            if v is None:
+                continue
+            subject = port_of(e)
+            d = self._ctr.delta((e.target, subject, e.name), e.ts_ns, v)
+            if d is None:
+                continue
+            r = d[0] * 1e9 / d[1]
+            if r < self.rate:
+                continue
+            direction = "sends" if leaf.startswith("out") else "receives"
+            f = self._evidence(subject, e.ts_ns, r, f"{subject} {direction} {r:.0f} pause frames/s",
+                               {"pause_per_s": r, "direction": direction}, min(1.0, 0.6 + 0.4 * r / (10 * self.rate)))
+            if f is not None:
+                out.append(f)
+        return out
+
+
+class DetectorSet:
+    """Several detectors over the same events."""
+
+    def __init__(self, detectors: Sequence[Detector]) -> None:
+        self.detectors = list(detectors)
+
+    def __call__(self, events: Events) -> list[Finding]:
+        out: list[Finding] = []
+        for d in self.detectors:
+            out += d(events)
+        return out
+
+
+DETECTORS: dict[str, Callable[..., Detector]] = {
+    "micro-burst": MicroBurstDetector,
+    "error-increase": ErrorIncreaseDetector,
+    "link-flap": FlapDetector,
+    "pause-storm": PauseStormDetector,
+}
+
+
+def build_detector(name: str, options: Mapping[str, Any], *, source: str = "detectors") -> Detector:
+    cls = DETECTORS.get(name)
+    if cls is None:
+        raise ConfigError(f"{source}: unknown detector {name!r}; choose from {sorted(DETECTORS)}")
+    try:
+        return cls(**{k.replace("-", "_"): v for k, v in options.items()})
+    except TypeError as exc:
+        raise ConfigError(f"{source}.{name}: bad options {dict(options)!r}: {exc}") from exc
+
+
+def default_detectors() -> DetectorSet:
+    return DetectorSet([cls() for cls in DETECTORS.values()])
