@@ -1,0 +1,544 @@
+"""Localize the slow GPU, NIC or switch behind irregular training iterations (pure).
+
+Pipeline (docs/design/straggler-localization.md):
+
+1. per-iteration durations -> robust baseline (median/MAD), irregular iterations, change points;
+2. compute: each rank's compute per iteration against its pipeline-stage peers (lower median),
+   so the heavier last stage (workload) is not a slow GPU; whole-stage excess is *stage
+   imbalance*, micro-batch dispersion on every rank is *sequence imbalance*;
+3. communication: instances matched across ranks; arrival skew vs transfer slowness
+   (:mod:`fabricscope.straggler.instances`);
+4. dependency-aware back-tracing: the last rank to reach a collective is followed upstream
+   along the pipeline recv it waited on, so a slow stage-0 rank is not blamed on the
+   downstream ranks that waited for it;
+5. a cross-iteration MAP ranking over devices (:mod:`fabricscope.straggler.posterior`,
+   after Holmes, NSDI'25), greedy over multiple faults (each pick explains its evidence away);
+6. a what-if estimate of the slowdown (after Lin et al., "Understanding Stragglers in Large
+   Model Training Using What-if Analysis", OSDI'25): the iteration time with the culprit's
+   excess removed is the ideal; actual / ideal is the slowdown.
+
+The analysis sees operator timings and (optionally) the inventory, never a simulator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from fabricscope.model.records import Finding
+from fabricscope.straggler.devices import DeviceMap
+from fabricscope.straggler.instances import Instances, clock_offsets, match_instances
+from fabricscope.straggler.iterations import IterationStats, iteration_stats, robust_scale
+from fabricscope.straggler.posterior import interval_llr, posteriors
+from fabricscope.straggler.table import COMPUTE, P2P, OpTable
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+
+#: prior weight of one device of each type (relative); a switch is a priori less likely than
+#: an end device per unit, but not forbidden (Holmes' prior over device types).
+TYPE_PRIOR = {"slow-gpu": 1.0, "slow-nic": 1.0, "slow-switch": 0.3}
+P_NULL = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """Thresholds of the analysis (defaults fit the twin and the real traces; see docs)."""
+
+    compute_k: float = 6.0        # compute excess > k robust sigmas ...
+    compute_rel: float = 0.10     # ... and > 10 % of the stage reference
+    comm_k: float = 6.0
+    comm_rel: float = 0.25        # transfer > 125 % of its class median
+    stage_rel: float = 0.15       # a stage heavier by > 15 % is imbalance
+    seq_cv: float = 0.10          # micro-batch compute dispersion above this: sequence imbalance
+    min_candidates: int = 64      # prior spread over at least this many devices
+    max_findings: int = 5
+    min_iterations: int = 2       # a device fault must show in >= 2 consecutive iterations
+    correct_clocks: bool = True
+
+
+@dataclass(slots=True)
+class Report:
+    """Everything the analysis found, ready for a table, JSON or a plot."""
+
+    job: str
+    findings: list[Finding]
+    iterations: IterationStats
+    actual_ns: float
+    ideal_ns: float
+    warnings: list[str] = field(default_factory=list)
+    candidates: list[dict[str, object]] = field(default_factory=list)
+    naive_vote: dict[str, int] = field(default_factory=dict)
+    traced_vote: dict[str, int] = field(default_factory=dict)
+    clock_offsets_ns: dict[int, int] = field(default_factory=dict)
+    explained_ns: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def slowdown(self) -> float:
+        return self.actual_ns / self.ideal_ns if self.ideal_ns > 0 else 1.0
+
+    def device_findings(self) -> list[Finding]:
+        return [f for f in self.findings if f.kind != "imbalance"]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "job": self.job,
+            "findings": [
+                {"kind": f.kind, "subject": f.subject, "score": round(f.score, 4),
+                 "window_ns": list(f.window), "evidence": list(f.evidence), "action": f.action,
+                 "details": dict(f.details)}
+                for f in self.findings
+            ],
+            "iterations": {"ids": list(self.iterations.iterations),
+                           "duration_ns": list(self.iterations.duration_ns),
+                           "irregular": list(self.iterations.irregular),
+                           "change_points": list(self.iterations.change_points)},
+            "actual_iteration_ns": round(self.actual_ns),
+            "ideal_iteration_ns": round(self.ideal_ns),
+            "estimated_slowdown": round(self.slowdown, 4),
+            "candidates": self.candidates,
+            "naive_last_arriver_vote": self.naive_vote,
+            "backtraced_vote": self.traced_vote,
+            "clock_offsets_ns": {str(k): v for k, v in self.clock_offsets_ns.items()},
+            "warnings": self.warnings,
+        }
+
+
+def _dense(values: npt.NDArray[np.integer], ) -> tuple[I64, I64]:
+    uniq, idx = np.unique(values, return_inverse=True)
+    return uniq.astype(np.int64), idx.astype(np.int64).reshape(-1)
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.1f} ms" if abs(ns) < 1e10 else f"{ns / 1e9:.2f} s"
+
+
+def _iter_span(its: I64, a: int, b: int) -> str:
+    return f"iterations {its[a]}-{its[b - 1]}" if b - a > 1 else f"iteration {its[a]}"
+
+
+def _shift_clocks(table: OpTable, offsets: dict[int, int]) -> OpTable:
+    if not offsets:
+        return table
+    shift = np.zeros(len(table), dtype=np.int64)
+    for r, off in offsets.items():
+        shift[table.rank == r] = off
+    t = table.take(np.ones(len(table), dtype=bool))
+    t.start = t.start - shift
+    t.end = t.end - shift
+    return t
+
+
+def analyze(
+    table: OpTable,
+    *,
+    devices: DeviceMap | None = None,
+    options: Options | None = None,
+    warnings: list[str] | None = None,
+) -> Report:
+    """Localize what slows the job whose operator timings are ``table``.
+
+    Returns a :class:`Report` whose ``findings`` are ranked: device faults
+    (``slow-gpu``/``slow-nic``/``slow-switch``) with a posterior probability, then
+    ``imbalance`` findings (a heavier pipeline stage, sequence-length skew) that are workload
+    properties, never device faults. Complexity: O(rows log rows) for sorting the
+    communication rows plus O(candidates x iterations).
+    """
+    opt = options or Options()
+    warns = list(warnings or [])
+    if len(table) == 0:
+        empty = iteration_stats(np.zeros(0, dtype=np.int64), np.zeros(0))
+        return Report(table.job, [], empty, 0.0, 0.0, [*warns, "no operators to analyze"])
+
+    inst = match_instances(table, k_sigma=opt.comm_k, rel=opt.comm_rel)
+    offsets: dict[int, int] = {}
+    if opt.correct_clocks:
+        offsets = clock_offsets(table, inst)
+        if offsets:
+            for r, off in sorted(offsets.items()):
+                src = table.files.get(r, "?")
+                warns.append(f"rank {r} ({src}): clock offset {_ms(off)} against its groups' "
+                             f"collective completions; corrected")
+            table = _shift_clocks(table, offsets)
+            inst = match_instances(table, k_sigma=opt.comm_k, rel=opt.comm_rel)
+
+    ranks, r_idx = _dense(table.rank)
+    its, i_idx = _dense(table.iteration)
+    n_r, n_i = ranks.size, its.size
+
+    # 1. iteration durations
+    flat = r_idx * 0 + i_idx
+    it_start = np.full(n_i, np.iinfo(np.int64).max)
+    it_end = np.full(n_i, np.iinfo(np.int64).min)
+    np.minimum.at(it_start, flat, table.start)
+    np.maximum.at(it_end, flat, table.end)
+    it_dur = (it_end - it_start).astype(np.float64)
+    stats = iteration_stats(its, it_dur)
+
+    # 2. compute per rank and iteration, against stage peers
+    cm = table.kind == COMPUTE
+    cell = r_idx * n_i + i_idx
+    comp: F64 = np.bincount(cell[cm], weights=(table.end - table.start)[cm].astype(np.float64),
+                            minlength=n_r * n_i).reshape(n_r, n_i).astype(np.float64)
+    present = np.bincount(cell[cm], minlength=n_r * n_i).reshape(n_r, n_i) > 0
+    stage_of = np.full(n_r, -1, dtype=np.int64)
+    np.maximum.at(stage_of, r_idx, table.stage.astype(np.int64))
+    stages = np.unique(stage_of)
+    ref = np.zeros((n_r, n_i))
+    stage_ref = np.zeros((stages.size, n_i))
+    compm = np.where(present, comp, np.nan)
+    for j, s in enumerate(stages.tolist()):
+        rows = stage_of == s
+        with np.errstate(all="ignore"):
+            if np.all(np.isnan(compm[rows])):
+                continue
+            lm = np.nanquantile(compm[rows], 0.5, axis=0, method="lower")
+        lm = np.nan_to_num(lm)
+        stage_ref[j] = lm
+        ref[rows] = lm
+    excess = np.where(present, comp - ref, 0.0)
+    vals = excess[present & (ref > 0)]
+    sigma_c = robust_scale(vals[vals != 0]) if vals.size else 0.0
+    limit_c = np.maximum(opt.compute_k * sigma_c, opt.compute_rel * ref)
+    slow_c = present & (ref > 0) & (excess > limit_c)
+
+    # 3. communication evidence per NIC / leaf candidate
+    host_of = np.arange(n_r, dtype=np.int64)
+    nic_names: list[str] = []
+    leaf_names: list[str] = []
+    if devices is not None:
+        hmap: dict[str, int] = {}
+        host_of = np.array([hmap.setdefault(devices.host_of(int(r)), len(hmap))
+                            for r in ranks.tolist()], dtype=np.int64)
+        nmap: dict[str, int] = {}
+        nic_of = np.array([nmap.setdefault(devices.nic_of(int(r)), len(nmap))
+                           for r in ranks.tolist()], dtype=np.int64)
+        nic_names = list(nmap)
+        lmap: dict[str, int] = {}
+        leaf_of = np.array([lmap.setdefault(devices.leaf.get(int(r)) or "", len(lmap))
+                            for r in ranks.tolist()], dtype=np.int64)
+        leaf_names = list(lmap)
+    else:
+        nic_of = np.arange(n_r, dtype=np.int64)
+        nic_names = [f"rank {r} network" for r in ranks.tolist()]
+        leaf_of = np.zeros(n_r, dtype=np.int64)
+    row_r = r_idx[inst.rows]
+    multi = inst.count >= 2
+    if inst.rows.size:
+        h_min = np.minimum.reduceat(host_of[row_r], inst.first) if inst.n else np.zeros(0)
+        h_max = np.maximum.reduceat(host_of[row_r], inst.first) if inst.n else np.zeros(0)
+        network = multi & (h_min != h_max)
+    else:
+        network = np.zeros(0, dtype=bool)
+    it_of_inst = np.searchsorted(its, inst.iteration)
+    explained_inst = np.zeros(inst.n, dtype=bool)
+    if inst.rows.size:
+        # A transfer touching a rank whose compute was slow in that iteration is not network
+        # evidence: fused send/recv pairs (Megatron's send_forward_recv_backward) and late
+        # arrivals stretch it, whatever the wire did.
+        touched = slow_c[row_r, it_of_inst[inst.inst]].astype(np.int8)
+        explained_inst |= np.maximum.reduceat(touched, inst.first).astype(bool)
+    explained_gpu = np.zeros((n_r, n_i), dtype=bool)
+
+    def comm_counts(owner: I64, n_owner: int, dedupe: bool) -> tuple[F64, F64]:
+        use = network[inst.inst]
+        o = owner[row_r][use]
+        k = inst.inst[use]
+        if dedupe and o.size:
+            pair = np.unique(k * max(n_owner, 1) + o)
+            k, o = pair // max(n_owner, 1), pair % max(n_owner, 1)
+        slow = inst.slow[k] & ~explained_inst[k]
+        idx = o * n_i + it_of_inst[k]
+        h = np.bincount(idx[slow], minlength=n_owner * n_i).reshape(n_owner, n_i)
+        f = np.bincount(idx[~inst.slow[k]], minlength=n_owner * n_i).reshape(n_owner, n_i)
+        return h.astype(np.float64), f.astype(np.float64)
+
+    n_nic, n_leaf = len(nic_names), len(leaf_names)
+    use_leaf = devices is not None and n_leaf > 1
+    kinds = (["slow-gpu"] * n_r + ["slow-nic"] * n_nic
+             + (["slow-switch"] * n_leaf if use_leaf else []))
+    type_w = np.array([TYPE_PRIOR[k] for k in kinds])
+    log_prior = np.log((1 - P_NULL) * type_w / max(type_w.sum(), opt.min_candidates))
+    log_null = float(np.log(P_NULL))
+
+    def names(c: int) -> str:
+        if c < n_r:
+            return devices.gpu_of(int(ranks[c])) if devices else f"rank {ranks[c]}"
+        if c < n_r + n_nic:
+            return nic_names[c - n_r]
+        return leaf_names[c - n_r - n_nic]
+
+    findings: list[Finding] = []
+    explained_series: dict[str, list[float]] = {}
+    candidates_out: list[dict[str, object]] = []
+    explained_total = np.zeros(n_i)
+    for round_no in range(opt.max_findings):
+        gh = (slow_c & ~explained_gpu).astype(np.float64)
+        gf = (present & ~slow_c).astype(np.float64)
+        nh, nf = comm_counts(nic_of, n_nic, dedupe=devices is not None)
+        parts_h, parts_f = [gh, nh], [gf, nf]
+        if use_leaf:
+            lh, lf = comm_counts(leaf_of, n_leaf, dedupe=True)
+            parts_h.append(lh)
+            parts_f.append(lf)
+        hits = np.concatenate(parts_h)
+        fasts = np.concatenate(parts_f)
+        win = interval_llr(hits, fasts)
+        share, indiv, _p_null = posteriors(win.llr, log_prior, log_prior_null=log_null)
+        order = np.argsort(-(win.llr + log_prior))
+        if round_no == 0:
+            for c in order[:10].tolist():
+                candidates_out.append({"subject": names(c), "kind": kinds[c],
+                                       "llr": round(float(win.llr[c]), 2),
+                                       "posterior": round(float(share[c]), 4)})
+        # A fault is a state that lasts: a single-iteration blip is not localized.
+        lasting = (win.end - win.start) >= opt.min_iterations
+        order = order[lasting[order]]
+        if order.size == 0:
+            break
+        best = int(order[0])
+        if indiv[best] < 0.9:
+            break
+        a, b = int(win.start[best]), int(win.end[best])
+        kind = kinds[best]
+        subject = names(best)
+        series = np.zeros(n_i)
+        evidence: list[str] = []
+        details: dict[str, float | int | str] = {}
+        if kind == "slow-gpu":
+            r = best
+            series[a:b] = np.where(slow_c[r, a:b], excess[r, a:b], 0.0)
+            explained_gpu[r, a:b] |= slow_c[r, a:b]
+            n_slow = int(slow_c[r, a:b].sum())
+            ratio = float(np.median(comp[r, a:b][slow_c[r, a:b]] / ref[r, a:b][slow_c[r, a:b]]))
+            ops = sorted({table.op_names[o] for o in
+                          np.unique(table.op[cm & (r_idx == r)]).tolist()})
+            evidence.append(f"{_iter_span(its, a, b)}: compute slower than its stage peers in "
+                            f"{n_slow} of {b - a} (x{ratio:.2f}, +{_ms(float(series[a:b].sum()) / max(n_slow, 1))}"
+                            f" per iteration)")
+            evidence.append(f"ops: {', '.join(ops[:6])}")
+            details.update(rank=int(ranks[r]), stage=int(stage_of[r]), ratio=round(ratio, 3))
+            if devices is not None:
+                details["host"] = devices.host_of(int(ranks[r]))
+            action = "drain the GPU/host and run GPU diagnostics (clocks, thermals, ECC, PCIe)"
+        else:
+            owner = nic_of if kind == "slow-nic" else leaf_of
+            own_idx = best - n_r if kind == "slow-nic" else best - n_r - n_nic
+            member = np.zeros(inst.n, dtype=bool)
+            rows_here = owner[row_r] == own_idx
+            member[inst.inst[rows_here]] = True
+            in_win = (it_of_inst >= a) & (it_of_inst < b)
+            sel = member & network & inst.slow & in_win & ~explained_inst
+            explained_inst |= sel
+            np.add.at(series, it_of_inst[sel], inst.excess[sel])
+            tot = int((member & network & in_win).sum())
+            n_sel = int(sel.sum())
+            cls_names = sorted({inst.class_names[c] for c in np.unique(inst.cls[sel]).tolist()})
+            med_ratio = float(np.median(inst.transfer[sel] / np.maximum(
+                inst.transfer[sel] - inst.excess[sel], 1.0))) if n_sel else 1.0
+            evidence.append(f"{_iter_span(its, a, b)}: {n_sel} of {tot} transfers through it "
+                            f"slow (x{med_ratio:.2f}), while the same groups' other members "
+                            f"were fast elsewhere")
+            evidence.append(f"ops: {', '.join(cls_names[:4])}")
+            if kind == "slow-nic":
+                rk = ranks[nic_of == own_idx]
+                details.update(ranks=",".join(map(str, rk[:8].tolist())), ratio=round(med_ratio, 3))
+                if devices is not None:
+                    link = devices.nic_link.get(int(rk[0]))
+                    if link:
+                        details["access_link"] = link
+                        evidence.append(f"or its access link {link} (indistinguishable from "
+                                        f"end-host timings; check port counters)")
+                action = ("check the NIC and its cable: link speed/FEC errors, PFC pauses, "
+                          "firmware; swap the optic if counters show errors")
+            else:
+                action = "check the switch: buffer/PFC counters, ECMP hashing, port errors"
+        series = np.minimum(series, it_dur)
+        explained_total += series
+        explained_series[subject] = series.tolist()
+        window = (int(it_start[a]), int(it_end[b - 1]))
+        evidence.append(f"explains {_ms(float(series.sum()))} over {b - a} iteration(s)")
+        details.update(llr=round(float(win.llr[best]), 2),
+                       explained_ns=round(float(series.sum())), first_iteration=int(its[a]),
+                       last_iteration=int(its[b - 1]))
+        findings.append(Finding(kind, subject, float(share[best]), window, tuple(evidence),
+                                action, details))
+
+    # 4. workload imbalance (never a device fault)
+    imb = _imbalance(table, opt, stages, stage_ref, comp, present, stage_of, cm, r_idx, i_idx,
+                     n_r, n_i, it_start, it_end, its, findings)
+    for f, series in imb:
+        findings.append(f)
+        explained_series[f.subject] = series.tolist()
+        explained_total += series
+
+    # 5. votes: naive last arriver vs back-traced root
+    naive, traced = _votes(table, inst, r_idx, i_idx, ranks, n_r, n_i, excess, limit_c,
+                           it_of_inst)
+    if findings and findings[0].kind == "slow-gpu" and naive:
+        top_naive = max(naive.items(), key=lambda kv: kv[1])[0]
+        f0 = findings[0]
+        findings[0] = Finding(f0.kind, f0.subject, f0.score, f0.window,
+                              (*f0.evidence, f"naive last-arriver vote: rank {top_naive}; "
+                               f"back-traced along pipeline recv waits: rank "
+                               f"{max(traced.items(), key=lambda kv: kv[1])[0] if traced else '-'}"),
+                              f0.action, f0.details)
+
+    actual = float(it_dur.mean()) if n_i else 0.0
+    ideal_it = np.maximum(it_dur - explained_total, 0.3 * it_dur)
+    ideal = float(ideal_it.mean()) if n_i else 0.0
+    return Report(table.job, findings, stats, actual, ideal, warns, candidates_out,
+                  {str(k): v for k, v in naive.items()}, {str(k): v for k, v in traced.items()},
+                  offsets, explained_series)
+
+
+def _imbalance(
+    table: OpTable, opt: Options, stages: I64, stage_ref: F64, comp: F64,
+    present: npt.NDArray[np.bool_], stage_of: I64, cm: npt.NDArray[np.bool_], r_idx: I64,
+    i_idx: I64, n_r: int, n_i: int, it_start: I64, it_end: I64, its: I64,
+    device_findings: list[Finding],
+) -> list[tuple[Finding, F64]]:
+    """Stage imbalance (one stage's peers all heavier) and sequence imbalance (micro-batch skew)."""
+    out: list[tuple[Finding, F64]] = []
+    window = (int(it_start.min()), int(it_end.max())) if n_i else (0, 0)
+    known = stages[stages >= 0]
+    if known.size >= 2:
+        per_stage = np.median(stage_ref, axis=1)
+        ok = stages >= 0
+        base = float(np.quantile(per_stage[ok], 0.5, method="lower"))
+        for j, s in enumerate(stages.tolist()):
+            if s < 0 or base <= 0:
+                continue
+            ratio = float(per_stage[j] / base)
+            heavier = stage_ref[j] > (1 + opt.stage_rel) * base
+            if ratio > 1 + opt.stage_rel:
+                series = np.maximum(stage_ref[j] - base, 0.0)
+                frac = float(heavier.mean())
+                out.append((Finding(
+                    "imbalance", f"pipeline stage {s}", round(frac, 4), window,
+                    (f"every rank of stage {s} computes x{ratio:.2f} the lightest-half stage "
+                     f"({_ms(float(per_stage[j]))} vs {_ms(base)} per iteration) in "
+                     f"{int(heavier.sum())} of {n_i} iterations",
+                     "all data-parallel peers of the stage agree: workload partitioning, "
+                     "not a faulty device"),
+                    "rebalance layers across pipeline stages (e.g. fewer layers on the last "
+                    "stage, which also holds the loss/embedding)",
+                    {"stage": int(s), "ratio": round(ratio, 3), "kind": "stage-imbalance",
+                     "explained_ns": round(float(series.sum()))}), series))
+    # Sequence imbalance: micro-batch compute durations disperse on every rank.
+    rows = np.flatnonzero(cm)
+    if rows.size:
+        dur = (table.end[rows] - table.start[rows]).astype(np.float64)
+        key = r_idx[rows] * (len(table.op_names) + 1) + table.op[rows]
+        uk, inv = np.unique(key, return_inverse=True)
+        counts = np.bincount(inv)
+        med = np.zeros(uk.size)
+        o = np.lexsort((dur, inv))
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        med = dur[o][starts + (counts - 1) // 2]
+        good = counts[inv] >= 4
+        if good.sum() >= 8:
+            rel = dur[good] / np.maximum(med[inv[good]], 1.0)
+            cv = _tail_cv(rel)
+            # Dispersion per rank: if one rank alone disperses, it is a device, not the data.
+            per_rank = np.zeros(n_r)
+            rr = r_idx[rows][good]
+            for r in np.unique(rr).tolist():
+                per_rank[r] = _tail_cv(rel[rr == r])
+            spread_ranks = int((per_rank > opt.seq_cv).sum())
+            n_seen = int(np.unique(rr).size)
+            if cv > opt.seq_cv and spread_ranks >= max(2, n_seen // 2):
+                spread = np.zeros(n_i)
+                for s in stages.tolist():
+                    sel = stage_of == s
+                    cs = np.where(present[sel], comp[sel], np.nan)
+                    with np.errstate(all="ignore"):
+                        gap = np.nanmax(cs, axis=0) - np.nanmedian(cs, axis=0)
+                    spread = np.maximum(spread, np.nan_to_num(gap))
+                out.append((Finding(
+                    "imbalance", "sequence lengths (micro-batches)",
+                    round(min(1.0, spread_ranks / max(n_seen, 1)), 4), window,
+                    (f"micro-batch compute time varies by {cv:.0%} (tail CV, (p95-p50)/1.645) on "
+                     f"{spread_ranks} of {n_seen} ranks, with no rank consistently slower",
+                     "the waits move between ranks from iteration to iteration: data, not "
+                     "hardware"),
+                    "pack/sort sequences into micro-batches of similar cost "
+                    "(token-balanced batching)",
+                    {"kind": "sequence-imbalance", "cv": round(cv, 4),
+                     "explained_ns": round(float(spread.sum()))}), spread))
+    _ = device_findings
+    return out
+
+
+def _tail_cv(rel: F64) -> float:
+    """Dispersion of durations relative to their median, sensitive to a heavy right tail.
+
+    ``(p95 - p50) / 1.645`` equals the CV for normal noise; long sequences make the right
+    tail of micro-batch compute times heavy, which a MAD would not see.
+    """
+    if rel.size < 4:
+        return 0.0
+    p50, p95 = np.percentile(rel, [50, 95])
+    return float((p95 - p50) / 1.645)
+
+
+def _votes(
+    table: OpTable, inst: Instances, r_idx: I64, i_idx: I64, ranks: I64, n_r: int, n_i: int,
+    excess: F64, limit_c: F64, it_of_inst: I64,
+) -> tuple[dict[int, int], dict[int, int]]:
+    """Who arrived last at each data-parallel collective, naively and after back-tracing.
+
+    Back-tracing: if the last arriver spent longer waiting in a pipeline recv than its own
+    compute excess, the blame moves to the sender it waited on, repeatedly.
+    """
+    coll = (inst.count >= 2) & ~inst.is_p2p
+    if not coll.any():
+        return {}, {}
+    rank_pos = {int(r): i for i, r in enumerate(ranks.tolist())}
+    last = np.array([rank_pos[int(r)] for r in inst.last_rank[coll].tolist()], dtype=np.int64)
+    it = it_of_inst[coll]
+    # Largest recv wait per (rank, iteration) and the sender it waited for.
+    prow = table.kind[inst.rows] == P2P
+    recv_rows = inst.rows[prow]
+    wait = inst.wait[prow].astype(np.float64)
+    g = table.group[recv_rows]
+    sender = np.array([table.groups[x][0] for x in g.tolist()], dtype=np.int64) if g.size else \
+        np.zeros(0, dtype=np.int64)
+    receiver_is_me = np.array([table.groups[x][-1] for x in g.tolist()], dtype=np.int64) == \
+        table.rank[recv_rows] if g.size else np.zeros(0, dtype=bool)
+    best_wait = np.zeros((n_r, n_i))
+    best_sender = np.tile(np.arange(n_r, dtype=np.int64)[:, None], (1, n_i))
+    if receiver_is_me.any():
+        rr = r_idx[recv_rows][receiver_is_me]
+        ii = i_idx[recv_rows][receiver_is_me]
+        ss = np.array([rank_pos.get(int(s), -1) for s in sender[receiver_is_me].tolist()])
+        ww = wait[receiver_is_me]
+        keep = ss >= 0
+        rr, ii, ss, ww = rr[keep], ii[keep], ss[keep], ww[keep]
+        key = (rr * n_i + ii) * n_r + ss
+        uk, inv = np.unique(key, return_inverse=True)
+        tot = np.bincount(inv, weights=ww)
+        cell = uk // n_r
+        snd = uk % n_r
+        o = np.lexsort((tot, cell))
+        last_of_cell = np.ones(o.size, dtype=bool)
+        last_of_cell[:-1] = cell[o][1:] != cell[o][:-1]
+        pick = o[last_of_cell]
+        best_wait.reshape(-1)[cell[pick]] = tot[pick]
+        best_sender.reshape(-1)[cell[pick]] = snd[pick]
+    cur = last.copy()
+    for _ in range(64):
+        w = best_wait[cur, it]
+        own = np.maximum(excess[cur, it], 0.0)
+        move = (w > own) & (w > 0.5 * limit_c[cur, it]) & (best_sender[cur, it] != cur)
+        if not move.any():
+            break
+        cur = np.where(move, best_sender[cur, it], cur)
+    naive = np.bincount(last, minlength=n_r)
+    traced = np.bincount(cur, minlength=n_r)
+    def top(v: I64) -> dict[int, int]:
+        return {int(ranks[i]): int(v[i]) for i in np.argsort(-v)[:5].tolist() if v[i] > 0}
+
+    return top(naive.astype(np.int64)), top(traced.astype(np.int64))

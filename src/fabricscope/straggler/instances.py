@@ -1,0 +1,174 @@
+"""Communication instances: the rows of one collective / send-recv call matched across ranks.
+
+For every instance: when the last member arrived, the transfer time (first completion minus
+last arrival: everyone is present, so this is the network's share), each member's wait
+(last arrival minus its own arrival: the culprit of a late arrival waits least), and how the
+transfer compares with its class (same op, group size and bytes) baseline.
+Following Holmes (Yao et al., NSDI'25), arrival skew and transfer slowness are separated:
+the first points at a rank's compute, the second at its network (NIC, link, switch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from fabricscope.straggler.iterations import MAD_TO_SIGMA
+from fabricscope.straggler.table import COLLECTIVE, P2P, OpTable, p2p_key
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class Instances:
+    """Matched communication instances of a table (``rows`` index into the table).
+
+    Per row (length = matched rows): ``rows``, ``inst`` (its instance), ``wait`` (ns).
+    Per instance: ``first``/``count`` (slice of ``rows``), ``iteration``, ``cls`` (class id),
+    ``last_start``, ``first_end``, ``transfer`` (ns), ``excess`` (transfer minus class
+    baseline, ns), ``slow`` (bool), ``last_rank`` (the last to arrive), ``is_p2p``.
+    """
+
+    rows: I64
+    inst: I64
+    wait: I64
+    first: I64
+    count: I64
+    iteration: I64
+    cls: I64
+    last_start: I64
+    first_end: I64
+    transfer: I64
+    excess: F64
+    slow: npt.NDArray[np.bool_]
+    last_rank: I64
+    is_p2p: npt.NDArray[np.bool_]
+    class_names: tuple[str, ...]
+
+    @property
+    def n(self) -> int:
+        return int(self.first.shape[0])
+
+
+def _op_keys(table: OpTable) -> I64:
+    """Op code per row where both ends of a send/recv share one code."""
+    names = [p2p_key(n) for n in table.op_names]
+    uniq = {n: i for i, n in enumerate(dict.fromkeys(names))}
+    mapping = np.array([uniq[n] for n in names] or [0], dtype=np.int64)
+    return mapping[table.op] if len(table) else np.zeros(0, dtype=np.int64)
+
+
+def match_instances(
+    table: OpTable, *, k_sigma: float = 6.0, rel: float = 0.25, min_abs_ns: int = 20_000
+) -> Instances:
+    """Group communication rows into instances and judge each instance's transfer time.
+
+    An instance is slow when its transfer exceeds its class median by more than
+    ``max(k_sigma * sigma, rel * median, min_abs_ns)`` (sigma: the class's MAD scale), so
+    noise and microsecond jitter on tiny messages are not called slow.
+    """
+    comm = np.flatnonzero((table.kind == COLLECTIVE) | (table.kind == P2P))
+    opk = _op_keys(table)[comm]
+    grp = table.group[comm].astype(np.int64)
+    it = table.iteration[comm].astype(np.int64)
+    seq = table.seq[comm]
+    order = np.lexsort((seq, it, grp, opk))
+    rows = comm[order]
+    keys = np.stack([opk[order], grp[order], it[order], seq[order]])
+    if rows.size:
+        new = np.ones(rows.size, dtype=bool)
+        new[1:] = np.any(keys[:, 1:] != keys[:, :-1], axis=0)
+        first = np.flatnonzero(new).astype(np.int64)
+    else:
+        first = np.zeros(0, dtype=np.int64)
+    count = np.diff(np.append(first, rows.size)).astype(np.int64)
+    inst = np.repeat(np.arange(first.size, dtype=np.int64), count)
+    start = table.start[rows]
+    end = table.end[rows]
+    if first.size:
+        last_start = np.maximum.reduceat(start, first)
+        first_end = np.minimum.reduceat(end, first)
+        # Row of the last arrival in each instance.
+        is_last = start == last_start[inst]
+        last_row = np.full(first.size, -1, dtype=np.int64)
+        last_row[inst[is_last]] = rows[is_last]
+        last_rank = table.rank[last_row].astype(np.int64)
+    else:
+        last_start = first_end = last_rank = np.zeros(0, dtype=np.int64)
+    transfer = np.maximum(first_end - last_start, 0)
+    wait = (last_start[inst] - start).astype(np.int64)
+    # Only instances with two or more members tell anything about the network.
+    multi = count >= 2
+    gsize = np.array([len(g) for g in table.groups] or [0], dtype=np.int64)
+    op0 = opk[order][first] if first.size else np.zeros(0, dtype=np.int64)
+    g0 = gsize[table.group[rows[first]]] if first.size else np.zeros(0, dtype=np.int64)
+    b0 = table.nbytes[rows[first]] if first.size else np.zeros(0, dtype=np.int64)
+    ckeys = np.stack([op0, g0, b0]) if first.size else np.zeros((3, 0), dtype=np.int64)
+    _, cls = np.unique(ckeys, axis=1, return_inverse=True) if first.size else (None, np.zeros(0, dtype=np.int64))
+    cls = np.asarray(cls, dtype=np.int64).reshape(-1)
+    excess = np.zeros(first.size, dtype=np.float64)
+    slow = np.zeros(first.size, dtype=bool)
+    ncls = int(cls.max()) + 1 if cls.size else 0
+    if ncls:
+        o = np.argsort(cls, kind="stable")
+        bounds = np.searchsorted(cls[o], np.arange(ncls + 1))
+        tr = transfer.astype(np.float64)
+        for c in range(ncls):
+            idx = o[bounds[c]:bounds[c + 1]]
+            idx = idx[multi[idx]]
+            if idx.size == 0:
+                continue
+            vals = tr[idx]
+            med = float(np.median(vals))
+            sigma = MAD_TO_SIGMA * float(np.median(np.abs(vals - med)))
+            limit = max(k_sigma * sigma, rel * med, float(min_abs_ns))
+            excess[idx] = vals - med
+            slow[idx] = vals - med > limit
+    names_rev = [p2p_key(n) for n in table.op_names]
+    uniq = list(dict.fromkeys(names_rev))
+    cls_names: list[str] = [""] * ncls
+    for c_id, o_id, g_s, b_s in zip(cls.tolist(), op0.tolist(), g0.tolist(), b0.tolist(), strict=True):
+        if not cls_names[c_id]:
+            cls_names[c_id] = f"{uniq[o_id]}[{g_s} ranks, {b_s} B]"
+    is_p2p = table.kind[rows[first]] == P2P if first.size else np.zeros(0, dtype=bool)
+    return Instances(rows.astype(np.int64), inst, wait, first, count, it[order][first] if first.size
+                     else first, cls, last_start, first_end, transfer, excess, slow & multi,
+                     last_rank, is_p2p, tuple(cls_names))
+
+
+def clock_offsets(table: OpTable, inst: Instances, *, tol_ns: int = 200_000) -> dict[int, int]:
+    """Per-rank clock offset estimated from collective completions (which are simultaneous).
+
+    For each row: its end minus the instance's median end; a rank's offset is the median of
+    those. Ranks whose offset exceeds ``tol_ns`` (and 5x the typical spread) are returned.
+    Needs instances with 3+ members to outvote a shifted rank.
+    """
+    if inst.rows.size == 0:
+        return {}
+    end = table.end[inst.rows]
+    big = inst.count[inst.inst] >= 3
+    if not big.any():
+        return {}
+    # Median end per instance via sort within instance.
+    o = np.lexsort((end, inst.inst))
+    pos_in = np.arange(o.size) - inst.first[inst.inst[o]]
+    mid = inst.count[inst.inst[o]] // 2
+    med_end = np.zeros(inst.n, dtype=np.int64)
+    sel = pos_in == mid
+    med_end[inst.inst[o][sel]] = end[o][sel]
+    d = (end - med_end[inst.inst]).astype(np.float64)
+    rk = table.rank[inst.rows]
+    d, rk = d[big], rk[big]
+    spread = float(np.median(np.abs(d))) if d.size else 0.0
+    out: dict[int, int] = {}
+    o2 = np.argsort(rk, kind="stable")
+    rks, starts = np.unique(rk[o2], return_index=True)
+    bounds = np.append(starts, rk.size)
+    for j, r in enumerate(rks.tolist()):
+        off = float(np.median(d[o2[bounds[j]:bounds[j + 1]]]))
+        if abs(off) > max(tol_ns, 5 * spread):
+            out[int(r)] = round(off)
+    return out
