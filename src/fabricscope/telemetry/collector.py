@@ -151,7 +151,15 @@ class Collector:
         return (("username", t.username), ("password", pw or ""))
 
     def _channel(self, t: TargetConfig) -> grpc.aio.Channel:
-        opts: list[tuple[str, str | int]] = [("grpc.max_receive_message_length", 64 << 20)]
+        # gRPC's own subchannel reconnect backoff (1 s initial, 120 s max) would hide a target
+        # that came back; align it with ours so a reconnect attempt really dials.
+        bo_ms = max(1, self.cfg.backoff_initial_ns // 1_000_000)
+        opts: list[tuple[str, str | int]] = [
+            ("grpc.max_receive_message_length", 64 << 20),
+            ("grpc.initial_reconnect_backoff_ms", bo_ms),
+            ("grpc.min_reconnect_backoff_ms", bo_ms),
+            ("grpc.max_reconnect_backoff_ms", max(bo_ms, self.cfg.backoff_max_ns // 1_000_000)),
+        ]
         if t.tls is None:
             return grpc.aio.insecure_channel(t.address, options=opts)
         creds = grpc.ssl_channel_credentials(
