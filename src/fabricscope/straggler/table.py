@@ -224,3 +224,35 @@ def concat(tables: Sequence[OpTable], job: str | None = None) -> OpTable:
         np.concatenate([t.nbytes for t in tables]), np.concatenate([t.stage for t in tables]),
         np.concatenate([t.mb for t in tables]), list(names), list(groups), files,
     )
+
+
+def from_columns(
+    *,
+    job: str,
+    rank: npt.ArrayLike,
+    iteration: npt.ArrayLike,
+    op: npt.ArrayLike,
+    group: npt.ArrayLike,
+    seq: npt.ArrayLike,
+    start: npt.ArrayLike,
+    end: npt.ArrayLike,
+    nbytes: npt.ArrayLike,
+    stage: npt.ArrayLike,
+    mb: npt.ArrayLike,
+    op_names: Sequence[str],
+    groups: Sequence[tuple[int, ...]],
+) -> OpTable:
+    """Build an :class:`OpTable` from parallel columns (e.g. a twin trace), classifying ops."""
+    gsize = np.array([len(g) for g in groups] or [0], dtype=np.int64)
+    op_a = np.asarray(op, dtype=np.int32)
+    group_a = np.asarray(group, dtype=np.int32)
+    kinds_by = np.array([[op_kind(n, s) for s in range(3)] for n in op_names] or [[0, 0, 0]],
+                        dtype=np.int8)
+    kind = kinds_by[op_a, np.minimum(gsize[group_a], 2)] if op_a.size else np.zeros(0, np.int8)
+    return OpTable(
+        job, np.asarray(rank, dtype=np.int32), np.asarray(iteration, dtype=np.int32), op_a,
+        kind.astype(np.int8), group_a, np.asarray(seq, dtype=np.int64),
+        np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64),
+        np.asarray(nbytes, dtype=np.int64), np.asarray(stage, dtype=np.int32),
+        np.asarray(mb, dtype=np.int32), list(op_names), list(groups),
+    )
