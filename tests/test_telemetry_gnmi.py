@@ -196,7 +196,7 @@ def test_collector_reports_auth_failure_and_keeps_running() -> None:
 
 def _self_signed(tmp: Path) -> tuple[bytes, bytes]:
     try:
-        from cryptography import x509  # noqa: F401
+        from cryptography import x509
     except ImportError:
         if shutil.which("openssl") is None:
             pytest.skip("neither cryptography nor openssl available to make a test certificate")
@@ -206,12 +206,12 @@ def _self_signed(tmp: Path) -> tuple[bytes, bytes]:
                        check=True, capture_output=True)
         return (tmp / "cert.pem").read_bytes(), (tmp / "key.pem").read_bytes()
     import datetime
+    import ipaddress
 
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
-    import ipaddress
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
