@@ -1,0 +1,512 @@
+"""A what-if scenario: topology + workload + load-balancing schemes + faults + seeds, and its run.
+
+A scenario comes from a YAML file or from command-line flags; both go through
+:func:`parse_scenario`, and :func:`prepare` builds the fabric, checks every fault subject and
+builds every workload *before* anything runs, so a corrupt scenario is rejected up front with
+the file, the field and the value named. YAML vocabulary::
+
+    name: uplink-what-if
+    topology:                     # a builder and its parameters ...
+      kind: rail-optimized        #   leaf-spine | fat-tree | rail-optimized | multi-plane | dual-tor
+      params: {servers: 16}
+      # file: cluster.yaml        # ... or an inventory file (fabricscope topo build -o)
+    workload: {kind: permutation, size: 2MiB}    # see fabricscope.sim.workloads
+    lb: [ecmp, spray, dlb]        # one or several of ecmp random spray flowlet dlb stripe
+    hash: {function: crc32, seed: 0, per_switch_seed: true}
+    faults:
+      - {kind: link-down, link: "leaf-p0-r0-00~spine-p0-00"}
+      - {kind: link-degraded, link: "leaf-p0-r1-00:eth9", factor: 0.25, start: 50us}
+    compare_healthy: true         # also run every scheme without the faults
+    seeds: [0, 1]                 # workload seeds (placement, permutation) and random LB
+    flowlet_bytes: 256KiB
+
+A link is named by its cable id ``a:eth1|b:eth2``, one direction ``a:eth1->b:eth2``, one of
+its ports ``a:eth1`` or its two devices ``a~b`` (the first cable between them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from fabricscope.fabric.hashing import HASH_FUNCTIONS, HashConfig
+from fabricscope.fabric.inventory import Fabric, port_device
+from fabricscope.model.errors import ConfigError, FabricscopeError
+from fabricscope.sim.engine import Progress, simulate
+from fabricscope.sim.faults import Fault
+from fabricscope.sim.flows import Workload
+from fabricscope.sim.loadbalance import SCHEMES, Scheme, check_scheme
+from fabricscope.sim.results import SimResult
+
+_TOP_KEYS = frozenset({
+    "name", "topology", "workload", "lb", "hash", "faults", "compare_healthy", "seeds", "seed",
+    "flowlet_bytes", "batch_rtol",
+})
+_FAULT_KINDS = ("link-down", "link-degraded")
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """A link fault as written by the user (resolved against the fabric by :func:`prepare`)."""
+
+    kind: str
+    link: str
+    factor: float = 1.0
+    start_ns: int = 0
+    end_ns: int | None = None
+    where: str = "faults[0]"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario (not yet built)."""
+
+    name: str
+    topology_kind: str | None
+    topology_params: Mapping[str, object]
+    topology_file: str | None
+    workload: Mapping[str, object]
+    schemes: tuple[Scheme, ...]
+    hash: HashConfig
+    faults: tuple[FaultSpec, ...]
+    compare_healthy: bool
+    seeds: tuple[int, ...]
+    flowlet_bytes: float
+    batch_rtol: float
+    source: str = "<scenario>"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A scenario with its fabric built, faults resolved and workloads built (one per seed)."""
+
+    scenario: Scenario
+    fabric: Fabric
+    faults: tuple[Fault, ...]
+    workloads: Mapping[int, Workload]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One simulation of a scenario: a scheme, a case (healthy or faulted) and a seed."""
+
+    scheme: str
+    case: str
+    seed: int
+    result: SimResult
+
+    @property
+    def label(self) -> str:
+        return self.scheme if self.case == "healthy" else f"{self.scheme} ({self.case})"
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    """Every run of a scenario, and the comparison table over seeds."""
+
+    scenario: Scenario
+    fabric: Fabric
+    runs: tuple[Run, ...]
+    faults: tuple[Fault, ...] = field(default_factory=tuple)
+
+    def labels(self) -> list[str]:
+        out: list[str] = []
+        for r in self.runs:
+            if r.label not in out:
+                out.append(r.label)
+        return out
+
+    def table(self) -> list[dict[str, object]]:
+        """One row per (scheme, case): FCT statistics and completion, averaged over seeds."""
+        rows: list[dict[str, object]] = []
+        for label in self.labels():
+            rs = [r.result for r in self.runs if r.label == label]
+            stats = [x.fct_stats_us() for x in rs]
+            row: dict[str, object] = {
+                "scheme": label,
+                "seeds": len(rs),
+                "flows": int(rs[0].flow_ids.shape[0]),
+                "fct_mean_us": _mean(s["mean"] for s in stats),
+                "fct_p50_us": _mean(s["p50"] for s in stats),
+                "fct_p99_us": _mean(s["p99"] for s in stats),
+                "fct_max_us": _mean(s["max"] for s in stats),
+                "completion_us": _mean(x.completion_ns / 1e3 for x in rs),
+                "unroutable": sum(len(x.unroutable) + len(x.blocked) for x in rs),
+                "wall_s": round(sum(x.wall_s for x in rs), 3),
+            }
+            if rs[0].collective != "none" and rs[0].collective_bytes > 0:
+                row["busbw_GBps"] = _mean(x.busbw_Bps / 1e9 for x in rs)
+            rows.append(row)
+        return rows
+
+    def to_dict(self) -> dict[str, object]:
+        sc = self.scenario
+        return {
+            "scenario": sc.name,
+            "source": sc.source,
+            "fabric": self.fabric.name,
+            "nics": len(self.fabric.nics),
+            "workload": dict(sc.workload),
+            "faults": [
+                {"kind": f.kind, "link": f.subject, "start_ns": f.start_ns, "end_ns": f.end_ns,
+                 **dict(f.params)} for f in self.faults
+            ],
+            "table": self.table(),
+            "runs": [
+                {"scheme": r.scheme, "case": r.case, "seed": r.seed, **r.result.summary()}
+                for r in self.runs
+            ],
+        }
+
+
+def _mean(values: Any) -> float:
+    v = [float(x) for x in values]
+    return round(float(np.mean(v)), 3) if v else float("nan")
+
+
+# ---------------------------------------------------------------------- parsing
+def _err(source: str, field_: str, msg: str) -> ConfigError:
+    return ConfigError(f"{source}: {field_}: {msg}")
+
+
+def _size(value: object, field_: str, source: str) -> float:
+    from fabricscope.sim.workloads import parse_size
+
+    return parse_size(value, field=field_, source=source)
+
+
+def _duration(value: object, field_: str, source: str) -> int:
+    from fabricscope.sim.workloads import parse_duration_ns
+
+    return parse_duration_ns(value, field=field_, source=source)
+
+
+def _factor(value: object, field_: str, source: str) -> float:
+    """A degradation factor: 0.25, "0.25" or "25%" (capacity kept), in (0, 1]."""
+    try:
+        if isinstance(value, str) and value.strip().endswith("%"):
+            f = float(value.strip()[:-1]) / 100.0
+        elif isinstance(value, bool):
+            raise ValueError
+        else:
+            f = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise _err(source, field_, f"expected a fraction like 0.25 or '25%', got {value!r}") from None
+    if not 0 < f <= 1:
+        raise _err(source, field_, f"must be in (0, 1] (capacity that remains), got {value!r}")
+    return f
+
+
+def parse_scenario(data: object, *, source: str = "<scenario>") -> Scenario:
+    """Validate a scenario mapping (as loaded from YAML). Errors name source, field, value."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: expected a mapping with topology, workload and lb, got {type(data).__name__}")
+    for k in data:
+        if k not in _TOP_KEYS:
+            raise _err(source, str(k), f"unknown key (value {data[k]!r}); known: {', '.join(sorted(_TOP_KEYS))}")
+    name = data.get("name", "scenario")
+    if not isinstance(name, str):
+        raise _err(source, "name", f"expected a string, got {name!r}")
+    # topology
+    topo = data.get("topology")
+    if not isinstance(topo, Mapping):
+        raise _err(source, "topology", f"expected a mapping with kind+params or file, got {topo!r}")
+    for k in topo:
+        if k not in ("kind", "params", "file"):
+            raise _err(source, f"topology.{k}", "unknown key (use kind, params or file)")
+    kind, tfile = topo.get("kind"), topo.get("file")
+    if (kind is None) == (tfile is None):
+        raise _err(source, "topology", "give exactly one of kind (a builder) or file (an inventory)")
+    if kind is not None and not isinstance(kind, str):
+        raise _err(source, "topology.kind", f"expected a string, got {kind!r}")
+    if tfile is not None and not isinstance(tfile, str):
+        raise _err(source, "topology.file", f"expected a path, got {tfile!r}")
+    params = topo.get("params") or {}
+    if not isinstance(params, Mapping):
+        raise _err(source, "topology.params", f"expected a mapping, got {params!r}")
+    if tfile is not None and source not in ("<flags>", "<scenario>") and not Path(tfile).is_absolute():
+        tfile = str(Path(source).parent / tfile)  # relative to the scenario file
+    # workload
+    wl = data.get("workload")
+    if not isinstance(wl, Mapping) or "kind" not in wl:
+        raise _err(source, "workload", f"expected a mapping with a kind (e.g. {{kind: permutation, size: 2MiB}}), got {wl!r}")
+    # schemes
+    lb = data.get("lb", ["ecmp"])
+    lbs = [x.strip() for x in lb.split(",")] if isinstance(lb, str) else lb
+    if not isinstance(lbs, list) or not lbs:
+        raise _err(source, "lb", f"expected a scheme or a list of schemes, got {lb!r}")
+    schemes = tuple(check_scheme(str(x), source=f"{source}: lb") for x in lbs)
+    # hash
+    h = data.get("hash") or {}
+    if not isinstance(h, Mapping):
+        raise _err(source, "hash", f"expected a mapping, got {h!r}")
+    for k in h:
+        if k not in ("function", "seed", "per_switch_seed"):
+            raise _err(source, f"hash.{k}", "unknown key (use function, seed, per_switch_seed)")
+    fn = h.get("function", "crc32")
+    if fn not in HASH_FUNCTIONS:
+        raise _err(source, "hash.function", f"unknown {fn!r}; choose one of {', '.join(HASH_FUNCTIONS)}")
+    hseed = h.get("seed", 0)
+    if isinstance(hseed, bool) or not isinstance(hseed, int):
+        raise _err(source, "hash.seed", f"expected an integer, got {hseed!r}")
+    pss = h.get("per_switch_seed", True)
+    if not isinstance(pss, bool):
+        raise _err(source, "hash.per_switch_seed", f"expected true or false, got {pss!r}")
+    hc = HashConfig(function=fn, seed=hseed, per_switch_seed=pss)
+    # faults
+    raw_faults = data.get("faults") or []
+    if not isinstance(raw_faults, list):
+        raise _err(source, "faults", f"expected a list, got {raw_faults!r}")
+    faults: list[FaultSpec] = []
+    for i, f in enumerate(raw_faults):
+        where = f"faults[{i}]"
+        if not isinstance(f, Mapping):
+            raise _err(source, where, f"expected a mapping with kind and link, got {f!r}")
+        for k in f:
+            if k not in ("kind", "link", "factor", "start", "end"):
+                raise _err(source, f"{where}.{k}", "unknown key (use kind, link, factor, start, end)")
+        fk = f.get("kind")
+        if fk not in _FAULT_KINDS:
+            raise _err(source, f"{where}.kind", f"unknown {fk!r}; the flow engine models {', '.join(_FAULT_KINDS)}")
+        link = f.get("link")
+        if not isinstance(link, str) or not link:
+            raise _err(source, f"{where}.link", f"expected a link name, got {link!r}")
+        factor = 1.0
+        if fk == "link-degraded":
+            if "factor" not in f:
+                raise _err(source, f"{where}.factor", "missing (capacity that remains, e.g. 0.25)")
+            factor = _factor(f["factor"], f"{where}.factor", source)
+        start = _duration(f["start"], f"{where}.start", source) if f.get("start") is not None else 0
+        end = _duration(f["end"], f"{where}.end", source) if f.get("end") is not None else None
+        if end is not None and end <= start:
+            raise _err(source, f"{where}.end", f"must be after start ({start} ns), got {f['end']!r}")
+        faults.append(FaultSpec(str(fk), link, factor, start, end, where))
+    ch = data.get("compare_healthy", bool(faults))
+    if not isinstance(ch, bool):
+        raise _err(source, "compare_healthy", f"expected true or false, got {ch!r}")
+    # seeds
+    seeds_raw = data.get("seeds", [data.get("seed", 0)])
+    if isinstance(seeds_raw, int) and not isinstance(seeds_raw, bool):
+        seeds_raw = [seeds_raw]
+    if not isinstance(seeds_raw, list) or not seeds_raw or not all(
+        isinstance(s, int) and not isinstance(s, bool) for s in seeds_raw
+    ):
+        raise _err(source, "seeds", f"expected a list of integers, got {seeds_raw!r}")
+    fb = _size(data.get("flowlet_bytes", 256 * 1024), "flowlet_bytes", source)
+    rtol = data.get("batch_rtol", 1e-9)
+    if isinstance(rtol, bool) or not isinstance(rtol, int | float) or not 0 <= rtol < 0.1:
+        raise _err(source, "batch_rtol", f"expected a number in [0, 0.1), got {rtol!r}")
+    return Scenario(
+        name=name, topology_kind=kind, topology_params=dict(params), topology_file=tfile,
+        workload=dict(wl), schemes=schemes, hash=hc, faults=tuple(faults), compare_healthy=ch,
+        seeds=tuple(int(s) for s in seeds_raw), flowlet_bytes=fb, batch_rtol=float(rtol),
+        source=source,
+    )
+
+
+def read_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario YAML file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read scenario: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{p}{where}: malformed YAML: {problem}") from None
+    return parse_scenario(data, source=str(p))
+
+
+def _scalar(text: str) -> object:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def parse_kv_spec(text: str, *, field_: str, source: str = "<flags>") -> tuple[str, dict[str, object]]:
+    """``"kind:key=value,key=value"`` (or spaces) -> (kind, {key: value}); numbers become numbers."""
+    head, _, rest = text.partition(":")
+    kind = head.strip()
+    if not kind:
+        raise _err(source, field_, f"expected KIND[:KEY=VALUE,...], got {text!r}")
+    out: dict[str, object] = {}
+    for item in rest.replace(",", " ").split():
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise _err(source, field_, f"expected KEY=VALUE after {kind!r}, got {item!r}")
+        out[k.replace("-", "_") if field_ == "--workload" else k] = _scalar(v)
+    return kind, out
+
+
+def scenario_from_flags(
+    *,
+    topo: str,
+    workload: str,
+    lb: str = "ecmp",
+    fail: Sequence[str] = (),
+    degrade: Sequence[str] = (),
+    seeds: Sequence[int] = (0,),
+    hash_function: str = "crc32",
+    per_switch_seed: bool = True,
+    compare_healthy: bool | None = None,
+    name: str = "cli",
+) -> Scenario:
+    """The scenario that ``fabricscope sim --topo ... --workload ... --lb ...`` describes.
+
+    ``topo`` is ``KIND[:K=V,...]`` or an inventory file; ``workload`` is ``KIND[:K=V,...]``;
+    ``degrade`` items are ``LINK=FACTOR`` (``LINK=0.25`` or ``LINK=25%``).
+    """
+    src = "<flags>"
+    data: dict[str, object] = {"name": name}
+    if Path(topo).suffix.lower() in (".yaml", ".yml", ".json") or Path(topo).is_file():
+        data["topology"] = {"file": topo}
+    else:
+        kind, params = parse_kv_spec(topo, field_="--topo", source=src)
+        data["topology"] = {"kind": kind, "params": params}
+    wkind, wparams = parse_kv_spec(workload, field_="--workload", source=src)
+    data["workload"] = {"kind": wkind, **wparams}
+    data["lb"] = lb
+    data["hash"] = {"function": hash_function, "per_switch_seed": per_switch_seed}
+    faults: list[dict[str, object]] = [{"kind": "link-down", "link": x} for x in fail]
+    for d in degrade:
+        link, sep, factor = d.rpartition("=")
+        if not sep or not link:
+            raise _err(src, "--degrade", f"expected LINK=FACTOR (e.g. leaf-000~spine-00=0.25), got {d!r}")
+        faults.append({"kind": "link-degraded", "link": link, "factor": factor})
+    data["faults"] = faults
+    if compare_healthy is not None:
+        data["compare_healthy"] = compare_healthy
+    data["seeds"] = list(seeds)
+    return parse_scenario(data, source=src)
+
+
+# ---------------------------------------------------------------------- building
+def resolve_link(fabric: Fabric, name: str, *, where: str = "link") -> str:
+    """The cable id (``a|b``) or direction (``a->b``) a user's link name means.
+
+    Accepted: ``a:eth1|b:eth2``, ``a:eth1->b:eth2``, a port ``a:eth1``, or ``devA~devB``.
+    """
+    if "->" in name or "|" in name:
+        try:
+            fabric.edge_index(name.replace("|", "->"))
+        except FabricscopeError:
+            raise ConfigError(f"{where}: no link {name!r} in fabric {fabric.name!r}") from None
+        return name
+    if "~" in name:
+        a, _, b = name.partition("~")
+        for ln in fabric.links:
+            ends = {port_device(ln.a), port_device(ln.b)}
+            if ends == {a.strip(), b.strip()}:
+                return ln.id
+        raise ConfigError(f"{where}: no cable between {a!r} and {b!r} in fabric {fabric.name!r}")
+    cable = fabric.link_of_port.get(name)
+    if cable is None:
+        hint = ""
+        if name in fabric.devices:
+            ports = [p for p in fabric.ports_of.get(name, ()) if p in fabric.link_of_port][:4]
+            hint = f" ({name!r} is a device; name one of its ports, e.g. {', '.join(ports)}, or 'devA~devB')"
+        raise ConfigError(f"{where}: no cabled port or link {name!r} in fabric {fabric.name!r}{hint}")
+    return cable.id
+
+
+def uplinks(fabric: Fabric) -> list[str]:
+    """Cable ids between a leaf and a switch above it, in id order (what-if candidates)."""
+    out = []
+    for ln in fabric.links:
+        roles = {fabric.devices[port_device(ln.a)].role, fabric.devices[port_device(ln.b)].role}
+        if "leaf" in roles and roles & {"spine", "core"}:
+            out.append(ln.id)
+    return sorted(out)
+
+
+def prepare(scenario: Scenario) -> Prepared:
+    """Build the fabric, resolve faults and build every seed's workload, or fail clearly."""
+    src = scenario.source
+    if scenario.topology_file is not None:
+        from fabricscope.fabric.io import read_fabric
+
+        fabric = read_fabric(scenario.topology_file)
+    else:
+        from fabricscope.fabric.catalog import build_fabric
+
+        assert scenario.topology_kind is not None
+        fabric = build_fabric(scenario.topology_kind, scenario.topology_params, source=f"{src}: topology.params")
+    faults: list[Fault] = []
+    for fs in scenario.faults:
+        link = resolve_link(fabric, fs.link, where=f"{src}: {fs.where}.link")
+        params = {"factor": fs.factor} if fs.kind == "link-degraded" else {}
+        faults.append(Fault(fs.kind, link, fs.start_ns, fs.end_ns, params))  # type: ignore[arg-type]
+    from fabricscope.sim.workloads import workload_from_spec
+
+    workloads = {
+        s: workload_from_spec(fabric, scenario.workload, seed=s, source=src, where="workload")
+        for s in scenario.seeds
+    }
+    return Prepared(scenario, fabric, tuple(faults), workloads)
+
+
+def run_scenario(
+    scenario: Scenario | Prepared,
+    *,
+    progress: Callable[[str], Progress] | None = None,
+    record_utilization: bool = True,
+) -> ScenarioResult:
+    """Run every (scheme, case, seed) of a scenario. ``progress(label)`` may return a
+    per-run callback ``(finished, total)`` for a progress bar."""
+    prep = scenario if isinstance(scenario, Prepared) else prepare(scenario)
+    sc = prep.scenario
+    cases: list[tuple[str, tuple[Fault, ...]]] = []
+    if not prep.faults or sc.compare_healthy:
+        cases.append(("healthy", ()))
+    if prep.faults:
+        cases.append(("faults", prep.faults))
+    runs: list[Run] = []
+    for case, faults in cases:
+        for scheme in sc.schemes:
+            for seed in sc.seeds:
+                label = scheme if case == "healthy" else f"{scheme} ({case})"
+                cb = progress(f"{label} seed {seed}") if progress is not None else None
+                res = simulate(
+                    prep.fabric, prep.workloads[seed], lb=scheme, hash_config=sc.hash,
+                    faults=faults, seed=seed, flowlet_bytes=sc.flowlet_bytes,
+                    batch_rtol=sc.batch_rtol, record_utilization=record_utilization, progress=cb,
+                )
+                runs.append(Run(scheme, case, seed, res))
+    return ScenarioResult(sc, prep.fabric, tuple(runs), prep.faults)
+
+
+__all__ = [
+    "SCHEMES",
+    "FaultSpec",
+    "Prepared",
+    "Run",
+    "Scenario",
+    "ScenarioResult",
+    "parse_kv_spec",
+    "parse_scenario",
+    "prepare",
+    "read_scenario",
+    "resolve_link",
+    "run_scenario",
+    "scenario_from_flags",
+    "uplinks",
+]
