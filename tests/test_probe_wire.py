@@ -15,21 +15,22 @@ ts = st.integers(0, 2**63 - 1)
 
 
 @given(st.sampled_from([wire.TYPE_REQUEST, wire.TYPE_REPLY]), u32, u64, ts, ts, ts,
-       st.integers(0, 2**16 - 1), st.integers(0, 200))
+       st.integers(0, 2**16 - 1), st.integers(0, 200), u32)
 def test_round_trip(typ: int, session: int, seq: int, t0: int, t1: int, t2: int,
-                    flags: int, pad: int) -> None:
-    p = wire.ProbePacket(typ, session, seq, t0, t1, t2, flags)
+                    flags: int, pad: int, count: int) -> None:
+    p = wire.ProbePacket(typ, session, seq, t0, t1, t2, flags, count)
     raw = wire.encode(p, size=wire.SIZE + pad)
     assert len(raw) == wire.SIZE + pad
     assert wire.decode(raw) == p
 
 
-@given(u32, u64, ts, ts, ts)
-def test_reply_in_place_matches_object_reply(session: int, seq: int, t0: int, rx: int, tx: int) -> None:
+@given(u32, u64, ts, ts, ts, u32)
+def test_reply_in_place_matches_object_reply(session: int, seq: int, t0: int, rx: int, tx: int,
+                                             count: int) -> None:
     req = wire.ProbePacket(wire.TYPE_REQUEST, session, seq, t0)
-    fast = wire.reply_in_place(wire.encode(req), rx, tx)
-    assert wire.decode(fast) == req.reply(rx, tx)
-    assert fast == wire.encode(req.reply(rx, tx))
+    fast = wire.reply_in_place(wire.encode(req), rx, tx, count)
+    assert wire.decode(fast) == req.reply(rx, tx, count)
+    assert fast == wire.encode(req.reply(rx, tx, count))
 
 
 @given(st.binary(max_size=100))

@@ -8,7 +8,8 @@ Layout (network byte order, 48 bytes, documented in docs/probe.md)::
     5      1    type         1 = request, 2 = reply
     6      2    flags        0 (reserved; a reply echoes the request's flags)
     8      4    session      random per prober run; replies echo it (stale replies are dropped)
-    12     4    reserved     0
+    12     4    rx_count     in a reply: requests the responder has received on this flow
+                                 (session, source address, source port), mod 2**32; 0 in a request
     16     8    seq          probe sequence number, per prober
     24     8    t_send_ns    prober clock when the request left (kernel timestamp if known)
     32     8    t_resp_rx_ns responder clock when the request arrived (0 in a request)
@@ -16,7 +17,10 @@ Layout (network byte order, 48 bytes, documented in docs/probe.md)::
 
 The responder copies the request, flips ``type`` to reply and fills its two timestamps, so
 analysis can subtract the responder's processing time from the round trip (Pingmesh,
-R-Pingmesh). Padding beyond 48 bytes is allowed (to probe with larger packets) and ignored.
+R-Pingmesh). ``rx_count`` works like TWAMP's reflector sequence number (RFC 5357): comparing it
+with the number of requests sent on the flow tells the prober how many *requests* were lost,
+so lost probes split into request-path and reply-path losses (one-way loss direction without
+synchronized clocks). Padding beyond 48 bytes is allowed (to probe with larger packets) and ignored.
 """
 
 from __future__ import annotations
@@ -60,14 +64,16 @@ class ProbePacket:
     t_resp_rx_ns: int = 0
     t_resp_tx_ns: int = 0
     flags: int = 0
+    rx_count: int = 0
 
     @property
     def is_request(self) -> bool:
         return self.type == TYPE_REQUEST
 
-    def reply(self, t_resp_rx_ns: int, t_resp_tx_ns: int) -> ProbePacket:
+    def reply(self, t_resp_rx_ns: int, t_resp_tx_ns: int, rx_count: int = 0) -> ProbePacket:
         """The reply a responder sends for this request."""
-        return replace(self, type=TYPE_REPLY, t_resp_rx_ns=t_resp_rx_ns, t_resp_tx_ns=t_resp_tx_ns)
+        return replace(self, type=TYPE_REPLY, t_resp_rx_ns=t_resp_rx_ns,
+                       t_resp_tx_ns=t_resp_tx_ns, rx_count=rx_count)
 
 
 def encode(p: ProbePacket, *, size: int = SIZE) -> bytes:
@@ -75,14 +81,14 @@ def encode(p: ProbePacket, *, size: int = SIZE) -> bytes:
     if p.type not in (TYPE_REQUEST, TYPE_REPLY):
         raise ValueError(f"probe packet type must be 1 or 2, got {p.type}")
     for name, v, hi in (("session", p.session, 2**32), ("seq", p.seq, _U64),
-                        ("flags", p.flags, 2**16)):
+                        ("flags", p.flags, 2**16), ("rx_count", p.rx_count, 2**32)):
         if not 0 <= v < hi:
             raise ValueError(f"probe packet {name} out of range: {v}")
     for name, v in (("t_send_ns", p.t_send_ns), ("t_resp_rx_ns", p.t_resp_rx_ns),
                     ("t_resp_tx_ns", p.t_resp_tx_ns)):
         if not 0 <= v <= _I64_MAX:
             raise ValueError(f"probe packet {name} out of range: {v}")
-    raw = HEADER.pack(MAGIC, VERSION, p.type, p.flags, p.session, 0, p.seq,
+    raw = HEADER.pack(MAGIC, VERSION, p.type, p.flags, p.session, p.rx_count, p.seq,
                       p.t_send_ns, p.t_resp_rx_ns, p.t_resp_tx_ns)
     return raw + b"\0" * (size - SIZE) if size > SIZE else raw
 
@@ -91,7 +97,7 @@ def decode(data: bytes) -> ProbePacket:
     """Parse a probe packet; raise :class:`MalformedPacket` naming the reason otherwise."""
     if len(data) < SIZE:
         raise MalformedPacket("short", f"{len(data)} bytes < {SIZE}")
-    magic, version, typ, flags, session, _res, seq, ts, rx, tx = HEADER.unpack_from(data)
+    magic, version, typ, flags, session, rx_count, seq, ts, rx, tx = HEADER.unpack_from(data)
     if magic != MAGIC:
         raise MalformedPacket("magic", f"magic {magic!r} != {MAGIC!r}")
     if version != VERSION:
@@ -100,10 +106,10 @@ def decode(data: bytes) -> ProbePacket:
         raise MalformedPacket("type", f"type {typ} unknown")
     if ts < 0 or rx < 0 or tx < 0:
         raise MalformedPacket("timestamps", f"negative timestamp in ({ts}, {rx}, {tx})")
-    return ProbePacket(typ, session, seq, ts, rx, tx, flags)
+    return ProbePacket(typ, session, seq, ts, rx, tx, flags, rx_count)
 
 
-def reply_in_place(data: bytes, t_resp_rx_ns: int, t_resp_tx_ns: int) -> bytes:
+def reply_in_place(data: bytes, t_resp_rx_ns: int, t_resp_tx_ns: int, rx_count: int = 0) -> bytes:
     """The reply to a valid request ``data`` without building objects (the responder fast path).
 
     Raises :class:`MalformedPacket` when ``data`` is not a request.
@@ -111,5 +117,5 @@ def reply_in_place(data: bytes, t_resp_rx_ns: int, t_resp_tx_ns: int) -> bytes:
     p = decode(data)
     if not p.is_request:
         raise MalformedPacket("type", "a reply sent to a responder")
-    return (data[:5] + bytes((TYPE_REPLY,)) + data[6:32]
-            + struct.pack("!qq", t_resp_rx_ns, t_resp_tx_ns) + data[SIZE:])
+    return (data[:5] + bytes((TYPE_REPLY,)) + data[6:12] + struct.pack("!I", rx_count & 0xFFFFFFFF)
+            + data[16:32] + struct.pack("!qq", t_resp_rx_ns, t_resp_tx_ns) + data[SIZE:])

@@ -23,19 +23,74 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 import numpy.typing as npt
 
 from fabricscope.fabric.inventory import Fabric
-from fabricscope.fabric.routing import Routing
-from fabricscope.model.errors import ConfigError, UnroutableError
+from fabricscope.fabric.routing import PathTable, Routing
+from fabricscope.model.errors import ConfigError
 from fabricscope.model.records import FiveTuple, ProbeSample
 from fabricscope.sim.clock import Clock
 from fabricscope.sim.faults import Fault, FaultSchedule
 
 I64 = npt.NDArray[np.int64]
 LOST = -1
+
+
+class FlowTable(Sequence[tuple[str, str, FiveTuple]]):
+    """Registered probe flows as columns (node indices, ports); items are built on demand.
+
+    Indexing gives ``(src NIC id, dst NIC id, FiveTuple)`` like a list of flows would, so the
+    analysis reads it as any sequence; ``src_node`` / ``dst_node`` (``fabric.index`` node
+    indices) let it vectorize.
+    """
+
+    def __init__(self, fabric: Fabric) -> None:
+        self._ids = fabric.index.node_ids
+        devs = fabric.devices
+        self._ip = [devs[n].address or n for n in self._ids]
+        self.src_node = np.zeros(0, dtype=np.int64)
+        self.dst_node = np.zeros(0, dtype=np.int64)
+        self.src_port = np.zeros(0, dtype=np.int64)
+        self.dst_port = np.zeros(0, dtype=np.int64)
+
+    @property
+    def size(self) -> int:
+        return int(self.src_node.shape[0])
+
+    def extend(self, s: I64, t: I64, sp: I64, dp: I64) -> None:
+        self.src_node = np.r_[self.src_node, s].astype(np.int64)
+        self.dst_node = np.r_[self.dst_node, t].astype(np.int64)
+        self.src_port = np.r_[self.src_port, sp].astype(np.int64)
+        self.dst_port = np.r_[self.dst_port, dp].astype(np.int64)
+
+    def __len__(self) -> int:
+        return self.size
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[str, str, FiveTuple]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[str, str, FiveTuple]]: ...
+    def __getitem__(self, i: int | slice) -> tuple[str, str, FiveTuple] | list[tuple[str, str, FiveTuple]]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self.size))]
+        s, t = int(self.src_node[i]), int(self.dst_node[i])
+        return (self._ids[s], self._ids[t],
+                FiveTuple(self._ip[s], self._ip[t], int(self.src_port[i]), int(self.dst_port[i]), 17))
+
+
+def padded(table: PathTable) -> I64:
+    """A CSR path table as a (flows x longest path) array padded with -1."""
+    lens = np.diff(table.offsets)
+    n = lens.shape[0]
+    w = int(lens.max()) if n else 1
+    out = np.full((n, max(w, 1)), -1, dtype=np.int64)
+    rows = np.repeat(np.arange(n), lens)
+    cols = np.arange(table.edges.shape[0]) - np.repeat(table.offsets[:-1], lens)
+    out[rows, cols] = table.edges
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +103,7 @@ class ProbeBatch:
     t_resp_rx_ns: I64
     t_resp_tx_ns: I64
     t_recv_ns: I64
+    req_arrived: npt.NDArray[np.bool_]  # ground truth a live prober learns from rx_count
 
     def __len__(self) -> int:
         return int(self.flow.shape[0])
@@ -104,12 +160,9 @@ class ProbeTransport:
         # Responders stamp on their own clocks: a per-NIC offset (seconds apart) so nothing
         # downstream may compare absolute times across hosts.
         self._offset = self.rng.integers(-10**9, 10**9, size=ix.n_nodes)
-        self.flows: list[tuple[str, str, FiveTuple]] = []
-        self._flow_of: dict[tuple[str, str, FiveTuple], int] = {}
-        self._fwd: list[tuple[int, ...]] = []
-        self._rev: list[tuple[int, ...]] = []
-        self._src_node: list[int] = []
-        self._dst_node: list[int] = []
+        self.flows = FlowTable(fabric)
+        self._flow_of: dict[tuple[int, int, int, int], int] = {}
+        self._tables: list[tuple[PathTable, PathTable]] = []
         self._arrays: tuple[I64, I64, I64, I64, I64, I64] | None = None
         self._effects = [self._effect(f) for f in self.faults.faults]
 
@@ -167,49 +220,81 @@ class ProbeTransport:
     # ------------------------------------------------------------------ flows
     def register(self, flows: Sequence[tuple[str, str, FiveTuple]]) -> I64:
         """Register (src NIC, dst NIC, 5-tuple) flows; returns their indices (idempotent)."""
-        out = np.empty(len(flows), dtype=np.int64)
         node = self.routing.node
-        for i, fl in enumerate(flows):
-            j = self._flow_of.get(fl)
+        out = np.empty(len(flows), dtype=np.int64)
+        new: list[int] = []
+        for i, (src, dst, ft) in enumerate(flows):
+            key = (node(src), node(dst), ft.src_port, ft.dst_port)
+            j = self._flow_of.get(key)
             if j is None:
-                src, dst, ft = fl
-                s, t = node(src), node(dst)
-                try:
-                    fwd = self.routing.path_nodes(s, t, ft)
-                    rev = self.routing.path_nodes(
-                        t, s, FiveTuple(ft.dst_ip, ft.src_ip, ft.dst_port, ft.src_port, ft.proto))
-                except UnroutableError:
-                    fwd = rev = (-1,)
-                j = len(self.flows)
-                self.flows.append(fl)
-                self._flow_of[fl] = j
-                self._fwd.append(fwd)
-                self._rev.append(rev)
-                self._src_node.append(s)
-                self._dst_node.append(t)
-                self._arrays = None
+                j = self._flow_of[key] = self.flows.size + len(new)
+                new.append(i)
             out[i] = j
+        if new:
+            self.register_arrays(
+                np.array([node(flows[i][0]) for i in new], dtype=np.int64),
+                np.array([node(flows[i][1]) for i in new], dtype=np.int64),
+                np.array([flows[i][2].src_port for i in new], dtype=np.int64),
+                np.array([flows[i][2].dst_port for i in new], dtype=np.int64),
+                _dedup=False,
+            )
         return out
+
+    def register_arrays(self, src_node: I64, dst_node: I64, src_port: I64, dst_port: I64,
+                        *, _dedup: bool = True) -> I64:
+        """Bulk registration by node indices and ports; paths by ``Routing.route_many``.
+
+        (IPv4 addresses of the inventory; no deduplication against earlier flows.)
+        """
+        n0 = self.flows.size
+        fwd = self.routing.route_many(src_node, dst_node, src_port, dst_ports=dst_port, strict=False)
+        rev = self.routing.route_many(dst_node, src_node, dst_port, dst_ports=src_port, strict=False)
+        self.flows.extend(src_node, dst_node, src_port, dst_port)
+        self._tables.append((fwd, rev))
+        self._arrays = None
+        return np.arange(n0, self.flows.size, dtype=np.int64)
+
+    def path_tables(self) -> tuple[PathTable, PathTable]:
+        """Request and reply paths of every registered flow (CSR, in registration order)."""
+        if len(self._tables) != 1:
+            fo, fe, fk, ro, re_, rk = [], [], [], [], [], []
+            offf = offr = 0
+            for f, r in self._tables:
+                fo.append(f.offsets[:-1] + offf)
+                ro.append(r.offsets[:-1] + offr)
+                fe.append(f.edges)
+                re_.append(r.edges)
+                fk.append(f.ok)
+                rk.append(r.ok)
+                offf += int(f.offsets[-1])
+                offr += int(r.offsets[-1])
+            fwd = PathTable(np.r_[np.concatenate(fo or [np.zeros(0, np.int64)]), offf].astype(np.int64),
+                            np.concatenate(fe or [np.zeros(0, np.int64)]),
+                            np.concatenate(fk or [np.zeros(0, bool)]))
+            rev = PathTable(np.r_[np.concatenate(ro or [np.zeros(0, np.int64)]), offr].astype(np.int64),
+                            np.concatenate(re_ or [np.zeros(0, np.int64)]),
+                            np.concatenate(rk or [np.zeros(0, bool)]))
+            self._tables = [(fwd, rev)]
+        return self._tables[0]
 
     def _padded(self) -> tuple[I64, I64, I64, I64, I64, I64]:
         if self._arrays is None:
-            n = len(self.flows)
-            w = max((len(p) for p in (*self._fwd, *self._rev)), default=1)
-            fwd = np.full((n, w), -1, dtype=np.int64)
-            rev = np.full((n, w), -1, dtype=np.int64)
-            for i in range(n):
-                fwd[i, : len(self._fwd[i])] = self._fwd[i]
-                rev[i, : len(self._rev[i])] = self._rev[i]
+            fwd_t, rev_t = self.path_tables()
+            fwd, rev = padded(fwd_t), padded(rev_t)
+            w = max(fwd.shape[1], rev.shape[1])
+            fwd = np.pad(fwd, ((0, 0), (0, w - fwd.shape[1])), constant_values=-1)
+            rev = np.pad(rev, ((0, 0), (0, w - rev.shape[1])), constant_values=-1)
+            fwd[~fwd_t.ok, 0] = -1
             lat = self._ix.latency_ns
             lf = np.where(fwd >= 0, lat[np.maximum(fwd, 0)], 0).sum(1)
             lr = np.where(rev >= 0, lat[np.maximum(rev, 0)], 0).sum(1)
-            self._arrays = (fwd, rev, lf, lr, np.asarray(self._src_node, dtype=np.int64),
-                            np.asarray(self._dst_node, dtype=np.int64))
+            self._arrays = (fwd, rev, lf, lr, self.flows.src_node, self.flows.dst_node)
         return self._arrays
 
     def path_edges(self, flow: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(request edges, reply edges) of a registered flow (for tests and plots)."""
-        return self._fwd[flow], self._rev[flow]
+        f, r = self.path_tables()
+        return f.path(flow), r.path(flow)
 
     # ------------------------------------------------------------------ carrying
     def carry(self, flow: I64, t_send_ns: I64, seq: I64 | None = None) -> ProbeBatch:
@@ -219,7 +304,7 @@ class ProbeTransport:
         n = flow.shape[0]
         fwd_all, rev_all, lat_f, lat_r, _src_n, dst_n = self._padded()
         fwd, rev = fwd_all[flow], rev_all[flow]
-        unroutable = fwd[:, 0] < 0
+        unroutable = (fwd[:, 0] < 0) | (rev[:, 0] < 0)
         p_fwd = np.full(n, 1.0 - self.background_loss) ** (fwd >= 0).sum(1)
         p_rev = np.full(n, 1.0 - self.background_loss) ** (rev >= 0).sum(1)
         d_fwd = lat_f[flow].astype(np.float64) + self.rng.exponential(self.jitter_ns, n)
@@ -264,6 +349,7 @@ class ProbeTransport:
             t_resp_rx_ns=np.where(ok, t_rx + off, lost),
             t_resp_tx_ns=np.where(ok, t_tx + off, lost),
             t_recv_ns=np.where(ok, t_recv, lost),
+            req_arrived=ok_fwd,
         )
 
     def send_one(self, src: str, dst: str, flow: FiveTuple, seq: int, clock: Clock) -> ProbeSample:

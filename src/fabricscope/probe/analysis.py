@@ -1,0 +1,300 @@
+"""Probe analysis: per-flow loss and RTT over windows, a learned baseline, host vs network.
+
+Input is columnar (:class:`Observations`: one row per probe, flows by index) so a million
+samples cost a few numpy passes; :func:`observations_from_samples` converts records.
+Host versus network follows Pingmesh / R-Pingmesh practice:
+
+* the responder's processing time ``t_resp_tx - t_resp_rx`` is measured on the responder's
+  own clock and subtracted from the RTT, so a CPU-starved responder raises its *processing*
+  time, never the network RTT; :func:`host_findings` flags responders whose median
+  processing time is far above the fleet's learned baseline (and such hosts are excluded
+  from the network verdicts of the same window);
+* "every path to this NIC is bad" and "every path through this switch is bad" are
+  components of the localizer's dictionary (:mod:`fabricscope.probe.localize`), so a NIC or
+  switch fault is named as the device rather than as many links.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+from scipy.stats import binom
+
+from fabricscope.fabric.inventory import Fabric
+from fabricscope.model.errors import ConfigError
+from fabricscope.model.records import Finding, FiveTuple, ProbeSample
+from fabricscope.probe.localize import (
+    LossCounts,
+    PathModel,
+    estimates_to_findings,
+    localize_map,
+    vote_007,
+)
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+LOST = -1
+
+FlowKey = tuple[str, str, FiveTuple]
+
+
+ANSWERED, REQUEST_LOST, REPLY_LOST, LOST_UNKNOWN = 0, 1, 2, 3
+
+
+@dataclass(frozen=True, slots=True)
+class Observations:
+    """Probes as columns. ``flows[flow[i]]`` is probe ``i``'s (src NIC, dst NIC, 5-tuple);
+    ``t_recv_ns[i] == -1`` means lost (responder times are then ignored).
+
+    ``status`` (optional) says where a lost probe was lost: :data:`REQUEST_LOST`,
+    :data:`REPLY_LOST` (from the responder's ``rx_count``, see :mod:`~fabricscope.probe.wire`)
+    or :data:`LOST_UNKNOWN`; None means unknown for every lost probe.
+    """
+
+    flows: Sequence[FlowKey]
+    flow: I64
+    t_send_ns: I64
+    t_resp_rx_ns: I64
+    t_resp_tx_ns: I64
+    t_recv_ns: I64
+    status: I64 | None = None
+
+    def __len__(self) -> int:
+        return int(self.flow.shape[0])
+
+    def window(self, t0_ns: int, t1_ns: int) -> Observations:
+        """Probes sent in ``[t0, t1)``."""
+        m = (self.t_send_ns >= t0_ns) & (self.t_send_ns < t1_ns)
+        return Observations(self.flows, self.flow[m], self.t_send_ns[m], self.t_resp_rx_ns[m],
+                            self.t_resp_tx_ns[m], self.t_recv_ns[m],
+                            None if self.status is None else self.status[m])
+
+    def lost_status(self) -> I64:
+        """Per probe: ANSWERED, REQUEST_LOST, REPLY_LOST or LOST_UNKNOWN."""
+        lost = self.t_recv_ns == LOST
+        if self.status is None:
+            return np.where(lost, LOST_UNKNOWN, ANSWERED).astype(np.int64)
+        return np.where(lost, np.where(self.status == ANSWERED, LOST_UNKNOWN, self.status),
+                        ANSWERED).astype(np.int64)
+
+
+def observations_from_samples(samples: Iterable[ProbeSample]) -> Observations:
+    """Columns from records (lost probes have ``t_recv_ns`` None)."""
+    index: dict[FlowKey, int] = {}
+    flows: list[FlowKey] = []
+    cols: list[tuple[int, int, int, int, int]] = []
+    for s in samples:
+        key = (s.src, s.dst, s.flow)
+        j = index.get(key)
+        if j is None:
+            j = index[key] = len(flows)
+            flows.append(key)
+        lost = s.t_recv_ns is None
+        cols.append((j, s.t_send_ns,
+                     LOST if lost or s.t_resp_rx_ns is None else s.t_resp_rx_ns,
+                     LOST if lost or s.t_resp_tx_ns is None else s.t_resp_tx_ns,
+                     LOST if s.t_recv_ns is None else s.t_recv_ns))
+    arr = np.asarray(cols, dtype=np.int64).reshape(-1, 5)
+    return Observations(flows, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4])
+
+
+def _group_median(keys: I64, values: F64, n_groups: int) -> F64:
+    """Median of ``values`` per key (NaN for empty groups), by one lexsort."""
+    out = np.full(n_groups, np.nan)
+    if keys.shape[0] == 0:
+        return out
+    order = np.lexsort((values, keys))
+    k, v = keys[order], values[order]
+    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    ends = np.r_[starts[1:], k.shape[0]]
+    lo = starts + (ends - starts - 1) // 2
+    hi = starts + (ends - starts) // 2
+    out[k[starts]] = (v[lo] + v[hi]) / 2.0
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class FlowStats:
+    """Per registered flow over one window (NaN where no answer came back)."""
+
+    sent: I64
+    lost: I64
+    lost_req: I64  # lost on the request path
+    lost_unknown: I64  # lost, direction unknown
+    rtt_ns: F64  # median network RTT (responder processing removed)
+    proc_ns: F64  # median responder processing time
+
+
+def flow_stats(obs: Observations) -> FlowStats:
+    """Loss counts and median RTT / processing time per (pair, 5-tuple)."""
+    n = len(obs.flows)
+    ok = obs.t_recv_ns != LOST
+    sent = np.bincount(obs.flow, minlength=n).astype(np.int64)
+    lost = np.bincount(obs.flow[~ok], minlength=n).astype(np.int64)
+    status = obs.lost_status()
+    lreq = np.bincount(obs.flow[status == REQUEST_LOST], minlength=n).astype(np.int64)
+    lunk = np.bincount(obs.flow[status == LOST_UNKNOWN], minlength=n).astype(np.int64)
+    proc = (obs.t_resp_tx_ns[ok] - obs.t_resp_rx_ns[ok]).astype(np.float64)
+    rtt = (obs.t_recv_ns[ok] - obs.t_send_ns[ok]).astype(np.float64) - proc
+    return FlowStats(sent, lost, lreq, lunk, _group_median(obs.flow[ok], rtt, n),
+                     _group_median(obs.flow[ok], proc, n))
+
+
+@dataclass
+class Baseline:
+    """What normal looks like, learned from fault-free (or mostly fault-free) windows.
+
+    ``loss_per_hop``: background drop probability per directed-link traversal;
+    ``proc_ns``: the fleet's typical responder processing time; ``rtt_ns``: per-flow median
+    network RTT. :meth:`learn` blends a window in with weight ``alpha`` (an EWMA), using
+    robust statistics so one bad host or link in the learning window does not move it.
+    """
+
+    loss_per_hop: float = 1e-5
+    proc_ns: float = 10_000.0
+    rtt_ns: dict[FlowKey, float] = field(default_factory=dict)
+    windows: int = 0
+
+    def learn(self, obs: Observations, *, hops: F64 | None = None, alpha: float = 0.3,
+              track_rtt: bool = True) -> None:
+        st = flow_stats(obs)
+        a = 1.0 if self.windows == 0 else alpha
+        good = st.sent > 0
+        if good.any():
+            h = hops[good] if hops is not None else np.full(int(good.sum()), 8.0)
+            # Median of per-flow rates is robust to a few faulty flows; the floor keeps the
+            # localizer's likelihood finite when the fleet had no loss at all.
+            lost, sent = st.lost[good], st.sent[good] * h
+            # Drop flows whose losses are implausible at the fleet-wide rate (more than ~5
+            # sigma above their Poisson mean) so one bad link in the learning window does not
+            # become "normal"; the floor keeps the localizer's likelihood finite.
+            rate0 = float(lost.sum() / max(1.0, float(sent.sum())))
+            mu = rate0 * sent
+            keep = lost <= mu + 5.0 * np.sqrt(mu) + 3.0
+            robust = float(lost[keep].sum() / max(1.0, float(sent[keep].sum())))
+            self.loss_per_hop = max(1e-7, (1 - a) * self.loss_per_hop + a * robust)
+        med = float(np.nanmedian(st.proc_ns)) if np.isfinite(st.proc_ns).any() else self.proc_ns
+        self.proc_ns = (1 - a) * self.proc_ns + a * med
+        if track_rtt:
+            for j in np.flatnonzero(np.isfinite(st.rtt_ns)):
+                key = obs.flows[int(j)]
+                old = self.rtt_ns.get(key)
+                self.rtt_ns[key] = float(st.rtt_ns[j]) if old is None else (1 - a) * old + a * float(st.rtt_ns[j])
+        self.windows += 1
+
+
+def _host_of_flows(fabric: Fabric, flows: Sequence[FlowKey]) -> I64:
+    """Per flow, the index (into ``fabric.hosts``) of the responder's host.
+
+    Vectorized when ``flows`` carries ``dst_node`` (``fabric.index`` node indices), as the
+    twin's flow table does; otherwise one dictionary lookup per flow.
+    """
+    ix = fabric.index
+    host_pos = {h.id: i for i, h in enumerate(fabric.hosts)}
+    node_host = np.array([host_pos.get(fabric.devices[n].host or "", -1) for n in ix.node_ids],
+                         dtype=np.int64)
+    dst_node = getattr(flows, "dst_node", None)
+    if dst_node is not None:
+        out: I64 = node_host[np.asarray(dst_node, dtype=np.int64)]
+        return out
+    return np.array([node_host[ix.node_of[d]] for _, d, _ in flows], dtype=np.int64)
+
+
+def host_findings(
+    fabric: Fabric,
+    obs: Observations,
+    baseline: Baseline,
+    *,
+    factor: float = 5.0,
+    min_extra_ns: float = 100_000.0,
+    min_samples: int = 10,
+    q0: float = 0.05,
+) -> list[Finding]:
+    """CPU-starved responders: median processing time > max(factor x baseline,
+    baseline + min_extra_ns) over at least ``min_samples`` answered probes.
+
+    Grouped per host (a starved CPU slows every NIC's responder on it). The score is
+    one minus the Bonferroni-corrected sign-test p-value (see the code).
+    """
+    ok = obs.t_recv_ns != LOST
+    if not ok.any():
+        return []
+    host_of_flow = _host_of_flows(fabric, obs.flows)
+    hosts, hidx = np.unique(host_of_flow[obs.flow[ok]], return_inverse=True)
+    proc = (obs.t_resp_tx_ns[ok] - obs.t_resp_rx_ns[ok]).astype(np.float64)
+    med = _group_median(hidx.astype(np.int64), proc, hosts.shape[0])
+    cnt = np.bincount(hidx, minlength=hosts.shape[0])
+    thr = max(factor * baseline.proc_ns, baseline.proc_ns + min_extra_ns)
+    above = np.bincount(hidx, weights=(proc > thr).astype(np.float64), minlength=hosts.shape[0])
+    t0, t1 = int(obs.t_send_ns.min()), int(obs.t_send_ns.max())
+    out: list[Finding] = []
+    for i in np.flatnonzero((med > thr) & (cnt >= min_samples) & (hosts >= 0)):
+        # Sign test: on a healthy responder fewer than ``q0`` of answers exceed the threshold
+        # (it is many times the typical time), so k of n above it has binomial tail
+        # P(X >= k); Bonferroni over the hosts seen.
+        p_value = float(binom.sf(int(above[i]) - 1, int(cnt[i]), q0))
+        score = max(0.0, 1.0 - hosts.shape[0] * p_value)
+        out.append(Finding(
+            kind="cpu-starved",
+            subject=fabric.hosts[int(hosts[i])].id,
+            score=round(score, 6),
+            window=(t0, t1),
+            evidence=(f"{int(cnt[i])} replies, median responder time {med[i] / 1e3:.0f} us "
+                      f"vs baseline {baseline.proc_ns / 1e3:.0f} us",),
+            action="check the host's CPU load / IRQ affinity of the probe responder; not a network fault",
+            details={"added_delay_ns": float(med[i] - baseline.proc_ns), "samples": int(cnt[i]),
+                     "strength": float(cnt[i]) * float(np.log(med[i] / baseline.proc_ns))},
+        ))
+    return out
+
+
+def rtt_excess(obs: Observations, baseline: Baseline) -> F64:
+    """Per-flow median network RTT minus its learned baseline (NaN where unknown)."""
+    st = flow_stats(obs)
+    base = np.array([baseline.rtt_ns.get(k, np.nan) for k in obs.flows])
+    out: F64 = st.rtt_ns - base
+    return out
+
+
+def analyze(
+    fabric: Fabric,
+    model: PathModel,
+    obs: Observations,
+    baseline: Baseline,
+    *,
+    method: str = "map",
+    alpha: float = 1e-4,
+    min_loss: float = 1e-3,
+) -> list[Finding]:
+    """Everything one window says: CPU-starved hosts, then lossy links / switches / NICs.
+
+    Flows answered by a CPU-starved host are left out of the network localization of that
+    window, so a slow responder is never blamed on the network. ``method`` is ``"map"``
+    (default, :func:`~fabricscope.probe.localize.localize_map`) or ``"007"``
+    (:func:`~fabricscope.probe.localize.vote_007`). Findings are sorted strongest first.
+    """
+    if len(obs) == 0:
+        return []
+    window = (int(obs.t_send_ns.min()), int(obs.t_send_ns.max()))
+    hosts = host_findings(fabric, obs, baseline)
+    st = flow_stats(obs)
+    sent, lost, lreq, lunk = st.sent, st.lost, st.lost_req, st.lost_unknown
+    if hosts:
+        pos = {h.id: i for i, h in enumerate(fabric.hosts)}
+        starved = np.array([pos[h.subject] for h in hosts], dtype=np.int64)
+        bad = np.isin(_host_of_flows(fabric, obs.flows), starved)
+        sent, lost, lreq, lunk = (np.where(bad, 0, a) for a in (sent, lost, lreq, lunk))
+    counts = LossCounts(obs.flows, sent, lost, lreq, lunk, window)
+    if method == "007":
+        est = vote_007(model, counts)
+    elif method == "map":
+        est = localize_map(model, counts, loss_per_hop=baseline.loss_per_hop, alpha=alpha,
+                           min_loss=min_loss)
+    else:
+        raise ConfigError(f"probe analyze: --method must be 'map' or '007', got {method!r}")
+    out = hosts + estimates_to_findings(est, window, method=method)
+    out.sort(key=lambda f: -float(f.details.get("strength", 0.0)))
+    return out

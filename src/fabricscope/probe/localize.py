@@ -1,0 +1,441 @@
+"""Localization of lossy links and devices from end-to-end probe outcomes.
+
+Two localizers over the same observations (per-flow probes sent / lost) and path knowledge:
+
+* :func:`vote_007` — the 007 baseline (Arzani et al., "007: Democratically Finding the Cause
+  of Packet Drops", NSDI'18): every lost probe casts ``1/h`` votes on each of the ``h`` links
+  of its path; links are ranked by votes.
+* :func:`localize_map` (default) — a sparse MAP / maximum-likelihood estimate of per-component
+  drop rates, in the spirit of NetBouncer (Tan et al., NSDI'19) but on the binomial
+  likelihood instead of least squares on log-success. Probe losses of flow ``f`` are
+  ``Poisson(n_f (b h_f + sum_c A_fc p_c))`` (exact to first order for small rates), where the
+  *components* ``c`` form an over-complete dictionary: every directed link, every switch
+  ("every path through this switch"), every NIC ("every path to this NIC"), ``A_fc`` counts how
+  often flow ``f``'s request and reply traverse ``c`` and ``b`` is the learned background drop
+  rate per hop. A greedy forward selection (add the component with the largest likelihood
+  gain, refit the chosen ones jointly by EM, repeat while the gain is significant) gives the
+  sparsest explanation: a switch fault is one switch, not thirty links; a one-way gray link is
+  that direction, not the NIC. The significance of each component is its likelihood-ratio
+  statistic, Bonferroni-corrected over the dictionary size, which is the finding's score.
+
+:class:`FindingTracker` adds hysteresis: a finding opens after ``open_after`` consecutive
+windows and closes after ``close_after`` windows without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import numpy.typing as npt
+from scipy.sparse import csr_matrix, diags, vstack
+from scipy.stats import chi2
+
+from fabricscope.fabric.inventory import Fabric
+from fabricscope.fabric.routing import PathTable
+from fabricscope.model.errors import ConfigError
+from fabricscope.model.records import Finding, FiveTuple
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+FlowKey = tuple[str, str, FiveTuple]
+# (src NIC, dst NIC, 5-tuple) -> the directed edges of its path, or {edge: weight} over the
+# candidate paths when the exact path is unknown (weights sum to 1 per hop).
+PathResolver = Callable[[str, str, FiveTuple], "Sequence[int] | Mapping[int, float]"]
+
+
+def reverse_tuple(ft: FiveTuple) -> FiveTuple:
+    """The 5-tuple of the reply to a probe carried by ``ft``."""
+    return FiveTuple(ft.dst_ip, ft.src_ip, ft.dst_port, ft.src_port, ft.proto)
+
+
+class PathModel:
+    """Flow -> component incidence of the request path and of the reply path, cached per flow.
+
+    Components ``0..E-1`` are the directed links of ``fabric.index``; ``E + v`` is node ``v``
+    (a NIC or a switch). A packet traverses a switch when it enters it and a NIC when it
+    leaves or enters it. Flows are added one by one through ``resolver`` (live mode: paths
+    from traceroute, or candidate sets) or in bulk with :meth:`bind` (twin mode: paths of a
+    million flows from ``Routing.route_many``).
+    """
+
+    def __init__(self, fabric: Fabric, resolver: PathResolver | None = None) -> None:
+        self.fabric = fabric
+        self.resolver = resolver
+        ix = fabric.index
+        self.n_edges = ix.n_edges
+        self.n_components = ix.n_edges + ix.n_nodes
+        self._row: dict[FlowKey, int] = {}
+        self._n = 0
+        self._blocks: list[tuple[csr_matrix, csr_matrix]] = []
+        self._pending: list[tuple[dict[int, float], dict[int, float]]] = []
+        self._matrix: tuple[csr_matrix, csr_matrix] | None = None
+        self._bound: dict[int, tuple[Sequence[FlowKey], int]] = {}
+
+    def component_name(self, c: int) -> tuple[str, str]:
+        """(kind, inventory id) of component ``c``."""
+        ix = self.fabric.index
+        if c < self.n_edges:
+            return "gray-link", ix.edge_id(c)
+        node = ix.node_ids[c - self.n_edges]
+        return ("switch-fault" if self.fabric.devices[node].is_switch else "nic-fault"), node
+
+    def _add(self, key: FlowKey) -> int:
+        if self.resolver is None:
+            raise ConfigError(f"no path known for probe flow {key[0]} -> {key[1]} {key[2]}")
+        src, dst, ft = key
+        ix = self.fabric.index
+        ws: list[dict[int, float]] = []
+        for a, b, t in ((src, dst, ft), (dst, src, reverse_tuple(ft))):
+            w: dict[int, float] = {}
+            path = self.resolver(a, b, t)
+            items = path.items() if isinstance(path, Mapping) else ((e, 1.0) for e in path)
+            for e, we in items:
+                w[e] = w.get(e, 0.0) + we
+                v = int(ix.dst[e])
+                if ix.is_switch[v]:
+                    w[self.n_edges + v] = w.get(self.n_edges + v, 0.0) + we
+            for nic in (a, b):
+                c = self.n_edges + ix.node_of[nic]
+                w[c] = w.get(c, 0.0) + 1.0
+            ws.append(w)
+        j = self._n
+        self._n += 1
+        self._row[key] = j
+        self._pending.append((ws[0], ws[1]))
+        self._matrix = None
+        return j
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        mats = []
+        for d in (0, 1):
+            rows = [w[d] for w in self._pending]
+            lens = np.fromiter((len(w) for w in rows), dtype=np.int64, count=len(rows))
+            indptr = np.r_[0, np.cumsum(lens)].astype(np.int64)
+            idx = np.fromiter((k for w in rows for k in w), dtype=np.int64, count=int(indptr[-1]))
+            val = np.fromiter((v for w in rows for v in w.values()), dtype=np.float64, count=int(indptr[-1]))
+            mats.append(csr_matrix((val, idx, indptr), shape=(len(rows), self.n_components)))
+        self._blocks.append((mats[0], mats[1]))
+        self._pending = []
+
+    def bind(self, flows: Sequence[FlowKey], src_node: I64, dst_node: I64,
+             paths: tuple[PathTable, PathTable]) -> I64:
+        """Add many flows at once from their request / reply path tables (vectorized).
+
+        ``flows`` is remembered by identity: :meth:`rows` of that same object is then free.
+        """
+        self._flush()
+        ix = self.fabric.index
+        n = len(flows)
+        mats = []
+        for d, table in enumerate(paths):
+            lens = np.diff(table.offsets)
+            rows_e = np.repeat(np.arange(n), lens)
+            e = table.edges
+            v = ix.dst[e]
+            sw = ix.is_switch[v]
+            a, b = (src_node, dst_node) if d == 0 else (dst_node, src_node)
+            r = np.concatenate([rows_e, rows_e[sw], np.arange(n), np.arange(n)])
+            c = np.concatenate([e, self.n_edges + v[sw], self.n_edges + a, self.n_edges + b])
+            m = csr_matrix((np.ones(r.shape[0]), (r, c)), shape=(n, self.n_components))
+            m.sum_duplicates()
+            mats.append(m)
+        r0 = self._n
+        self._blocks.append((mats[0], mats[1]))
+        self._n += n
+        self._bound[id(flows)] = (flows, r0)
+        self._matrix = None
+        return np.arange(r0, r0 + n, dtype=np.int64)
+
+    def rows(self, flows: Sequence[FlowKey]) -> I64:
+        """Row ids of ``flows`` (resolving paths of new flows)."""
+        bound = self._bound.get(id(flows))
+        if bound is not None and bound[0] is flows:
+            return np.arange(bound[1], bound[1] + len(flows), dtype=np.int64)
+        get = self._row.get
+        out = np.empty(len(flows), dtype=np.int64)
+        for i, k in enumerate(flows):
+            j = get(k)
+            out[i] = self._add(k) if j is None else j
+        return out
+
+    @property
+    def matrices(self) -> tuple[csr_matrix, csr_matrix]:
+        """(request incidence, reply incidence), one row per known flow."""
+        if self._matrix is None:
+            self._flush()
+            if len(self._blocks) > 1:
+                self._blocks = [(vstack([b[0] for b in self._blocks]).tocsr(),
+                                 vstack([b[1] for b in self._blocks]).tocsr())]
+            if not self._blocks:
+                z = csr_matrix((0, self.n_components))
+                return z, z
+            self._matrix = self._blocks[0]
+            E = self.n_edges
+            self._hops1 = (np.asarray(self._matrix[0][:, :E].sum(axis=1)).ravel(),
+                           np.asarray(self._matrix[1][:, :E].sum(axis=1)).ravel())
+        return self._matrix
+
+    def hops_one_way(self) -> tuple[F64, F64]:
+        """Link traversals of the request and of the reply path, per known flow."""
+        self.matrices  # noqa: B018 - builds the cache
+        return self._hops1
+
+    @property
+    def hops(self) -> F64:
+        """Round-trip link traversals per known flow."""
+        a, b = self.hops_one_way()
+        out: F64 = a + b
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class LossCounts:
+    """Probes sent and lost per flow (one window).
+
+    ``lost_req``: of the lost, how many were lost on the request path (known from the
+    responder's ``rx_count``); ``lost_unknown``: lost with no direction information. A flow
+    with any ``lost_unknown`` is treated round-trip (request and reply paths together).
+    """
+
+    flows: Sequence[FlowKey]
+    sent: I64
+    lost: I64
+    lost_req: I64 | None = None
+    lost_unknown: I64 | None = None
+    window: tuple[int, int] = (0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class _System:
+    """The stacked Poisson system: rows are (flow, direction) observations."""
+
+    X: csr_matrix  # x_rc = probes through c expected on row r (n_r * A_rc)
+    lost: F64
+    base: F64  # background expected losses per row
+    D: F64  # sum_r x_rc: expected traversals per component
+    row_flow: I64  # the flow (index into counts.flows) of each row
+
+
+def _system(model: PathModel, counts: LossCounts, loss_per_hop: float) -> _System:
+    """The lossy rows of the stacked system and, over every row, ``D = X^T 1``."""
+    rows = model.rows(counts.flows)
+    AF, AR = model.matrices
+    hF, hR = model.hops_one_way()
+    sent = counts.sent.astype(np.float64)
+    lost = counts.lost.astype(np.float64)
+    lreq = counts.lost_req.astype(np.float64) if counts.lost_req is not None else np.zeros_like(lost)
+    lunk = counts.lost_unknown if counts.lost_unknown is not None else counts.lost
+    rt = (lunk > 0) | (counts.lost_req is None)
+    d = (sent > 0) & ~rt
+    u = (sent > 0) & rt
+    # Probes through each component, over every flow (lossless ones included): one sparse
+    # product per direction instead of materializing the whole stacked matrix.
+    wF = np.zeros(AF.shape[0])
+    wR = np.zeros(AR.shape[0])
+    np.add.at(wF, rows[d], sent[d])
+    np.add.at(wR, rows[d], sent[d] - lreq[d])
+    np.add.at(wF, rows[u], sent[u])
+    np.add.at(wR, rows[u], sent[u])
+    D = np.asarray(AF.T @ wF).ravel() + np.asarray(AR.T @ wR).ravel()
+    fid = np.arange(len(counts.flows))
+    sF = d & (lreq > 0)
+    sR = d & (lost - lreq > 0)
+    sU = u & (lost > 0)
+    nF, nR, nU = sent[sF], sent[sR] - lreq[sR], sent[sU]
+    X = vstack([diags(nF) @ AF[rows[sF]], diags(nR) @ AR[rows[sR]],
+                diags(nU) @ (AF[rows[sU]] + AR[rows[sU]])]).tocsr()
+    lost_rows = np.r_[lreq[sF], lost[sR] - lreq[sR], lost[sU]]
+    hops = np.r_[hF[rows[sF]], hR[rows[sR]], hF[rows[sU]] + hR[rows[sU]]]
+    base = np.r_[nF, nR, nU] * loss_per_hop * np.maximum(hops, 1.0)
+    return _System(X, lost_rows, base, D, np.r_[fid[sF], fid[sR], fid[sU]])
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """One selected component of the explanation."""
+
+    component: int
+    kind: str
+    subject: str
+    loss: float  # estimated drop probability per traversal (NaN for 007)
+    llr: float  # log-likelihood ratio (nats) of "with it" vs "without it" (votes for 007)
+    score: float  # Bonferroni-corrected significance in [0, 1] (vote share for 007)
+    lost_explained: float
+    evidence: tuple[str, ...] = ()
+
+
+def _score(llr: float, n_tests: int) -> float:
+    return float(max(0.0, 1.0 - n_tests * chi2.sf(2.0 * max(llr, 0.0), 1)))
+
+
+def localize_map(
+    model: PathModel,
+    counts: LossCounts,
+    *,
+    loss_per_hop: float = 1e-5,
+    alpha: float = 1e-4,
+    min_loss: float = 1e-3,
+    max_components: int = 8,
+    em_iters: int = 150,
+) -> list[Estimate]:
+    """Sparse maximum-likelihood explanation of probe losses (see the module docstring).
+
+    Returns the selected components whose drop rate is at least ``min_loss`` and whose
+    likelihood gain is significant at family-wise level ``alpha`` over all components,
+    strongest first.
+    """
+    if int(counts.lost.sum()) == 0:
+        return []
+    sy = _system(model, counts, loss_per_hop)
+    lossy = sy.lost > 0
+    X = sy.X[np.flatnonzero(lossy)].tocsr()
+    lL, base, D = sy.lost[lossy], sy.base[lossy], sy.D
+    row_flow = sy.row_flow[lossy]
+    Xc = X.tocoo()
+    C = model.n_components
+    n_tests = int(np.count_nonzero(D))
+    tau = 0.5 * float(chi2.isf(alpha / max(n_tests, 1), 1))
+
+    chosen: list[int] = []
+    p = np.zeros(0)
+    lam = base.copy()
+    for _ in range(max_components):
+        # Best single addition with the current model fixed: maximize, for every column at
+        # once, g(p) = sum_f l_f log(lam_f + x_fc p) - p D_c (concave) by Newton from p = 0
+        # (g' is convex and decreasing, so the iterates increase monotonically to the root).
+        r, c, x = Xc.row, Xc.col, Xc.data
+        pc = np.zeros(C)
+        for _ in range(40):
+            den = lam[r] + x * pc[c]
+            g1 = np.bincount(c, weights=lL[r] * x / den, minlength=C) - D
+            g2 = np.bincount(c, weights=lL[r] * x * x / (den * den), minlength=C)
+            step = np.where(g2 > 0, g1 / np.maximum(g2, 1e-300), 0.0)
+            pc = np.clip(pc + step, 0.0, 1.0)
+        pc[chosen] = 0.0
+        gain = np.bincount(c, weights=lL[r] * np.log1p(x * pc[c] / lam[r]), minlength=C) - pc * D
+        gain[D <= 0] = 0.0
+        best = int(np.argmax(gain))
+        if gain[best] < tau:
+            break
+        chosen.append(best)
+        p = np.r_[p, pc[best]]
+        # Joint refit of the chosen components: MAP-EM multiplicative updates (Shepp-Vardi).
+        Xs = X[:, chosen]
+        Ds = D[chosen]
+        for _ in range(em_iters):
+            lam = base + Xs @ p
+            p = np.minimum(p * (Xs.T @ (lL / lam)) / np.maximum(Ds, 1e-300), 1.0)
+        lam = base + Xs @ p
+
+    out: list[Estimate] = []
+    ll_full = float(np.sum(lL * np.log(lam)))
+    for i, comp in enumerate(chosen):
+        contrib = np.asarray(X[:, comp].todense()).ravel() * p[i]
+        lam_wo = lam - contrib
+        llr = ll_full - float(np.sum(lL * np.log(np.maximum(lam_wo, 1e-300)))) - p[i] * D[comp]
+        if p[i] < min_loss or llr < tau:
+            continue
+        kind, subject = model.component_name(comp)
+        explained = float(np.sum(lL * contrib / lam))
+        hit = np.flatnonzero(contrib > 0)
+        ev_rows = list(dict.fromkeys(int(row_flow[r]) for r in hit[np.argsort(-lL[hit])]))[:5]
+        evidence = tuple(
+            f"{counts.flows[j][0]}->{counts.flows[j][1]} sport {counts.flows[j][2].src_port}: "
+            f"{int(counts.lost[j])}/{int(counts.sent[j])} lost" for j in ev_rows
+        )
+        out.append(Estimate(comp, kind, subject, float(p[i]), llr, _score(llr, n_tests),
+                            explained, evidence))
+    out.sort(key=lambda e: -e.llr)
+    return out
+
+
+def vote_007(model: PathModel, counts: LossCounts, *, min_votes: float = 2.0,
+             min_share: float = 0.02) -> list[Estimate]:
+    """007 voting: each lost probe gives ``1/h`` vote to each of its ``h`` path links.
+
+    Only directed links are candidates (007 names links). A link is reported when its votes
+    are at least ``min_votes`` and ``min_share`` of all votes; score is its vote share.
+    """
+    if int(counts.lost.sum()) == 0:
+        return []
+    sy = _system(model, counts, 0.0)
+    lossy = sy.lost > 0
+    X = sy.X[np.flatnonzero(lossy)][:, : model.n_edges].tocsr()
+    A = X.copy()
+    A.data[:] = 1.0  # which links each lossy row's path crosses
+    h = np.maximum(np.asarray(A.sum(axis=1)).ravel(), 1.0)
+    votes = np.asarray(A.T @ (sy.lost[lossy] / h)).ravel()
+    total = float(votes.sum())
+    order = np.argsort(-votes)
+    out = []
+    for e in order[:20]:
+        v = float(votes[e])
+        if v < min_votes or v < min_share * total:
+            break
+        kind, subject = model.component_name(int(e))
+        out.append(Estimate(int(e), kind, subject, float("nan"), v, v / total, v))
+    return out
+
+
+def estimates_to_findings(est: Sequence[Estimate], window: tuple[int, int], *,
+                          method: str = "map") -> list[Finding]:
+    """Turn estimates into :class:`Finding` records (the one output type)."""
+    actions = {
+        "gray-link": "drain or swap the optic/cable of this direction; check FEC/CRC counters",
+        "switch-fault": "drain the switch and check its line cards and forwarding tables",
+        "nic-fault": "check the NIC (link flaps, firmware, PCIe errors); drain the host",
+    }
+    return [
+        Finding(kind=e.kind, subject=e.subject, score=round(e.score, 6), window=window,
+                evidence=e.evidence, action=actions.get(e.kind, ""),
+                details={"loss": e.loss, "strength": e.llr, "lost_explained": e.lost_explained,
+                         "method": method})
+        for e in est
+    ]
+
+
+@dataclass
+class FindingTracker:
+    """Hysteresis: open after ``open_after`` consecutive windows with the finding (score >=
+    ``open_score``), close after ``close_after`` consecutive windows without it."""
+
+    open_after: int = 2
+    close_after: int = 3
+    open_score: float = 0.99
+    _seen: dict[tuple[str, str], int] = field(default_factory=dict)
+    _missing: dict[tuple[str, str], int] = field(default_factory=dict)
+    open: dict[tuple[str, str], Finding] = field(default_factory=dict)
+    opened_at: dict[tuple[str, str], int] = field(default_factory=dict)
+    events: list[tuple[int, str, str, str]] = field(default_factory=list)
+
+    def update(self, findings: Sequence[Finding], t_ns: int) -> list[Finding]:
+        """Feed one window's findings; returns the open findings, strongest first."""
+        now = {(f.kind, f.subject): f for f in findings if f.score >= self.open_score}
+        for key, f in now.items():
+            self._seen[key] = self._seen.get(key, 0) + 1
+            self._missing.pop(key, None)
+            if key in self.open:
+                self.open[key] = f
+            elif self._seen[key] >= self.open_after:
+                self.open[key] = f
+                self.opened_at[key] = t_ns
+                self.events.append((t_ns, "open", *key))
+        for key in set(self._seen) | set(self.open):
+            if key in now:
+                continue
+            self._seen.pop(key, None)
+            if key in self.open:
+                self._missing[key] = self._missing.get(key, 0) + 1
+                if self._missing[key] >= self.close_after:
+                    self.open.pop(key)
+                    self._missing.pop(key)
+                    self.events.append((t_ns, "close", *key))
+        return sorted(
+            (replace(f, details={**f.details, "opened_ns": self.opened_at[k]})
+             for k, f in self.open.items()),
+            key=lambda f: -float(f.details.get("strength", 0.0)),
+        )

@@ -1,0 +1,157 @@
+"""Composition for probing the twin: plans -> twin transport -> observations -> analysis.
+
+The twin's agents are emulated in bulk (every NIC cycles through its plan's flows at the
+budget rate, :func:`~fabricscope.sim.probe_transport.round_robin_schedule`), the transport
+decides what comes back, and the same pure analysis as on live hosts localizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fabricscope.fabric.hashing import HashConfig
+from fabricscope.fabric.inventory import Fabric
+from fabricscope.fabric.routing import Routing
+from fabricscope.model.records import Finding, FiveTuple
+from fabricscope.probe.analysis import (
+    ANSWERED,
+    REPLY_LOST,
+    REQUEST_LOST,
+    Baseline,
+    Observations,
+    analyze,
+)
+from fabricscope.probe.localize import FindingTracker, PathModel
+from fabricscope.probe.plan import ProbePlan, plan_mesh
+from fabricscope.sim.faults import FaultSchedule
+from fabricscope.sim.probe_transport import (
+    FlowTable,
+    ProbeBatch,
+    ProbeTransport,
+    round_robin_schedule,
+)
+
+
+def routing_resolver(routing: Routing) -> PathModel:
+    """A path model whose paths come from the fabric's ECMP hashing (twin mode, flow by flow)."""
+
+    def resolve(src: str, dst: str, ft: FiveTuple) -> tuple[int, ...]:
+        return routing.path(src, dst, ft)
+
+    return PathModel(routing.fabric, resolve)
+
+
+def plan_arrays(fabric: Fabric, plans: dict[str, ProbePlan]) -> tuple[list[np.ndarray], ...]:
+    """Per plan: (src nodes, dst nodes, src ports, dst ports) of its flows."""
+    node = fabric.index.node_of
+    out: tuple[list[np.ndarray], ...] = ([], [], [], [])
+    for src, plan in plans.items():
+        d = np.array([node[p.dst] for p in plan.peers for _ in p.src_ports], dtype=np.int64)
+        sp = np.array([x for p in plan.peers for x in p.src_ports], dtype=np.int64)
+        out[0].append(np.full(d.shape[0], node[src], dtype=np.int64))
+        out[1].append(d)
+        out[2].append(sp)
+        out[3].append(np.full(d.shape[0], plan.dst_port, dtype=np.int64))
+    return out
+
+
+@dataclass
+class TwinMesh:
+    """A probed twin: plans for every NIC, flows registered with paths computed once.
+
+    ``transport_for(faults, seed)`` gives a fresh transport sharing the flow registry (paths
+    are the expensive part), so many fault scenarios reuse one mesh.
+    """
+
+    fabric: Fabric
+    seed: int = 0
+    budget_pps: float = 100.0
+    epoch_s: float = 30.0
+    hash_config: HashConfig = field(default_factory=HashConfig)
+    plan_kw: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.routing = Routing(self.fabric, hash_config=self.hash_config)
+        self.plans: dict[str, ProbePlan] = plan_mesh(
+            self.fabric, seed=self.seed, budget_pps=self.budget_pps, epoch_s=self.epoch_s,
+            **self.plan_kw)
+        self._proto = ProbeTransport(self.fabric, routing=self.routing, seed=self.seed)
+        s, t, sp, dp = plan_arrays(self.fabric, self.plans)
+        lens = [x.shape[0] for x in s]
+        ids = self._proto.register_arrays(np.concatenate(s), np.concatenate(t),
+                                          np.concatenate(sp), np.concatenate(dp))
+        self.groups = np.split(ids, np.cumsum(lens)[:-1])
+        fl = self._proto.flows
+        self.model = PathModel(self.fabric)
+        self.model.bind(fl, fl.src_node, fl.dst_node, self._proto.path_tables())
+        self.hops = self.model.hops
+
+    @property
+    def flows(self) -> FlowTable:
+        return self._proto.flows
+
+    def transport_for(self, faults: FaultSchedule, seed: int, **kw: float) -> ProbeTransport:
+        t = ProbeTransport(self.fabric, routing=self.routing, faults=faults, seed=seed, **kw)  # type: ignore[arg-type]
+        # Share the registry: same flows, same paths.
+        t.flows, t._flow_of, t._tables = self._proto.flows, self._proto._flow_of, self._proto._tables
+        t._arrays = self._proto._padded()
+        return t
+
+    def probe(self, transport: ProbeTransport, *, start_ns: int, duration_ns: int,
+              seed: int) -> Observations:
+        flow, t = round_robin_schedule(self.groups, rate_pps=self.budget_pps, start_ns=start_ns,
+                                       duration_ns=duration_ns, rng=np.random.default_rng(seed))
+        return to_observations(transport.carry(flow, t), self.flows)
+
+
+def to_observations(batch: ProbeBatch, flows: Sequence[tuple[str, str, FiveTuple]]) -> Observations:
+    """The twin's columnar batch as the analysis' input (same columns, no copies)."""
+    lost = batch.t_recv_ns < 0
+    status = np.where(lost, np.where(batch.req_arrived, REPLY_LOST, REQUEST_LOST), ANSWERED)
+    return Observations(flows, batch.flow, batch.t_send_ns, batch.t_resp_rx_ns,
+                        batch.t_resp_tx_ns, batch.t_recv_ns, status.astype(np.int64))
+
+
+@dataclass
+class Timeline:
+    """Findings of each evaluation step and the hysteresis tracker's open set."""
+
+    steps: list[tuple[int, list[Finding], list[Finding]]] = field(default_factory=list)
+    tracker: FindingTracker = field(default_factory=FindingTracker)
+
+
+def run_scenario(
+    mesh: TwinMesh,
+    faults: FaultSchedule,
+    *,
+    seed: int,
+    duration_s: float = 30.0,
+    step_s: float = 5.0,
+    warmup_s: float = 10.0,
+    method: str = "map",
+    background_loss: float = 1e-5,
+    baseline: Baseline | None = None,
+) -> tuple[Timeline, Observations, Baseline]:
+    """Probe the twin: learn the baseline on a fault-free warm-up, then probe ``duration_s``
+    with ``faults`` (their times are relative to the start of that period), analysing the
+    growing window every ``step_s`` seconds."""
+    s = int(1e9)
+    if baseline is None:
+        baseline = Baseline()
+        clean = mesh.transport_for(FaultSchedule(), seed + 1, background_loss=background_loss)
+        warm = mesh.probe(clean, start_ns=0, duration_ns=int(warmup_s * s), seed=seed + 2)
+        baseline.learn(warm, hops=mesh.hops, track_rtt=False)
+    tr = mesh.transport_for(faults, seed, background_loss=background_loss)
+    obs = mesh.probe(tr, start_ns=0, duration_ns=int(duration_s * s), seed=seed + 3)
+    tl = Timeline()
+    t = step_s
+    while t <= duration_s + 1e-9:
+        w = obs.window(0, int(t * s))
+        f = analyze(mesh.fabric, mesh.model, w, baseline, method=method)
+        tl.steps.append((int(t * s), f, tl.tracker.update(f, int(t * s))))
+        t += step_s
+    return tl, obs, baseline
