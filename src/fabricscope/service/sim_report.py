@@ -1,0 +1,177 @@
+"""Report a scenario run: a comparison table, a JSON file and two plots a person can read.
+
+Plots (matplotlib, Agg backend, no display needed):
+
+``fct_cdf.png``     FCT CDF per scheme (and per faulted case), log-x, with p50/p99 marks.
+``link_util.png``   link-utilization heat map per scheme: links (rows, grouped by tier,
+                    hottest first inside a tier) x time, so a hot spine or a dead uplink
+                    shows as a bright or dark stripe.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fabricscope.sim.scenario import ScenarioResult
+
+_COLUMNS = (
+    ("scheme", "scheme", "{}"),
+    ("fct_mean_us", "mean FCT us", "{:.1f}"),
+    ("fct_p50_us", "p50 us", "{:.1f}"),
+    ("fct_p99_us", "p99 us", "{:.1f}"),
+    ("fct_max_us", "max us", "{:.1f}"),
+    ("completion_us", "done at us", "{:.1f}"),
+    ("busbw_GBps", "busbw GB/s", "{:.2f}"),
+    ("unroutable", "unroutable", "{}"),
+    ("wall_s", "wall s", "{:.2f}"),
+)
+_TIER_ORDER = ("nic-leaf", "leaf-spine", "spine-core", "core-spine", "spine-leaf", "leaf-nic")
+
+
+def format_table(result: ScenarioResult) -> str:
+    """The comparison table as aligned text (one row per scheme / case, seeds averaged)."""
+    rows = result.table()
+    cols = [c for c in _COLUMNS if any(c[0] in r for r in rows)]
+    cells = [[h for _, h, _ in cols]]
+    for r in rows:
+        line = []
+        for key, _, fmt in cols:
+            v = r.get(key, "")
+            if isinstance(v, float) and math.isnan(v):
+                line.append("-")
+            else:
+                line.append(fmt.format(v) if v != "" else "")
+        cells.append(line)
+    widths = [max(len(c[i]) for c in cells) for i in range(len(cols))]
+    out = []
+    for i, c in enumerate(cells):
+        out.append("  ".join(x.ljust(w) if j == 0 else x.rjust(w) for j, (x, w) in enumerate(zip(c, widths, strict=True))))
+        if i == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def write_json(result: ScenarioResult, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_jsonable(result.to_dict()), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, np.generic):
+        return _jsonable(x.item())
+    return x
+
+
+def plot_fct_cdf(result: ScenarioResult, path: Path) -> Path:
+    """FCT CDF per scheme (all seeds pooled)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for label in result.labels():
+        f = np.concatenate([r.result.fct_us() for r in result.runs if r.label == label])
+        if f.shape[0] == 0:
+            continue
+        x = np.sort(f)
+        y = np.arange(1, x.shape[0] + 1) / x.shape[0]
+        style = "--" if "(" in label else "-"
+        ax.step(x, y, where="post", linestyle=style,
+                label=f"{label}: p50 {np.percentile(f, 50):.0f} us, p99 {np.percentile(f, 99):.0f} us")
+    ax.set_xscale("log")
+    ax.set_xlabel("flow completion time (us, log scale)")
+    ax.set_ylabel("fraction of flows")
+    ax.set_ylim(0, 1.01)
+    ax.grid(True, which="both", alpha=0.3)
+    sc = result.scenario
+    ax.set_title(f"{sc.name}: FCT CDF on {result.fabric.name} ({sc.workload.get('kind')})")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_link_heatmap(result: ScenarioResult, path: Path, *, bins: int = 40, per_tier: int = 48) -> Path:
+    """Per scheme (first seed), utilization of the busiest links of every tier over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    firsts = [r for r in result.runs if r.seed == result.scenario.seeds[0] and r.result.utilization is not None]
+    firsts = firsts[:6]
+    if not firsts:
+        firsts = []
+    n = max(len(firsts), 1)
+    ncols = min(3, n)
+    nrows = math.ceil(n / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols + 1.5, 4.2 * nrows), squeeze=False)
+    flat_axes = axes.ravel().tolist()
+    for ax in flat_axes[len(firsts):]:
+        ax.axis("off")
+    im = None
+    for k, (ax, run) in enumerate(zip(flat_axes, firsts, strict=False)):
+        res = run.result
+        util = res.utilization
+        assert util is not None
+        mean = util.mean_utilization()
+        tiers = np.array(res.edge_tier)
+        rows: list[int] = []
+        ticks: list[tuple[float, str]] = []
+        for tier in _TIER_ORDER:
+            sel = np.flatnonzero(tiers == tier)
+            if sel.shape[0] == 0:
+                continue
+            # The busiest links of the tier, plus any link that carried nothing (a failed one).
+            top = sel[np.argsort(-mean[sel], kind="stable")][:per_tier]
+            ticks.append((len(rows) + len(top) / 2, f"{tier}\n({sel.shape[0]} links)"))
+            rows.extend(int(e) for e in top)
+        t0, mat = util.timeline(rows, bins=bins)
+        t_end = float(util.t1[-1]) if util.n_intervals else 1.0
+        im = ax.imshow(mat, aspect="auto", cmap="magma", vmin=0, vmax=1, interpolation="nearest",
+                       extent=(float(t0[0]) / 1e3 if t0.shape[0] else 0.0, t_end / 1e3, len(rows), 0))
+        acc = 0
+        for tier in _TIER_ORDER:
+            k = min(int((tiers == tier).sum()), per_tier)
+            if k:
+                acc += k
+                ax.axhline(acc, color="white", linewidth=0.6)
+        ax.set_yticks([p for p, _ in ticks])
+        ax.set_yticklabels([s for _, s in ticks], fontsize=7)
+        if k % ncols:
+            ax.tick_params(labelleft=False)
+        ax.set_xlabel("time (us)")
+        ax.set_title(run.label, fontsize=10)
+    if im is not None:
+        fig.colorbar(im, ax=flat_axes, label="link utilization", shrink=0.8)
+    fig.suptitle(f"{result.scenario.name}: busiest links per tier over time (seed {result.scenario.seeds[0]})")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_report(result: ScenarioResult, outdir: Path, *, plots: bool = True) -> dict[str, Path]:
+    """Write ``sim.json`` (+ ``fct_cdf.png`` and ``link_util.png``) under ``outdir``."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    files = {"json": write_json(result, outdir / "sim.json")}
+    if plots:
+        files["fct_cdf"] = plot_fct_cdf(result, outdir / "fct_cdf.png")
+        if any(r.result.utilization is not None for r in result.runs):
+            files["link_util"] = plot_link_heatmap(result, outdir / "link_util.png")
+    return files
