@@ -315,5 +315,7 @@ def build_processor(spec: ProcessorSpec, *, source: str = "processors") -> Proce
         raise ConfigError(f"{source}: type: unknown processor {spec.type!r}; choose from {sorted(PROCESSORS)}")
     try:
         return factory(spec.options)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"{source}: {spec.type}: bad options {dict(spec.options)!r}: {exc}") from exc
