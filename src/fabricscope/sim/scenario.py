@@ -386,17 +386,68 @@ def scenario_from_flags(
     data["workload"] = {"kind": wkind, **wparams}
     data["lb"] = lb
     data["hash"] = {"function": hash_function, "per_switch_seed": per_switch_seed}
-    faults: list[dict[str, object]] = [{"kind": "link-down", "link": x} for x in fail]
-    for d in degrade:
-        link, sep, factor = d.rpartition("=")
-        if not sep or not link:
-            raise _err(src, "--degrade", f"expected LINK=FACTOR (e.g. leaf-000~spine-00=0.25), got {d!r}")
-        faults.append({"kind": "link-degraded", "link": link, "factor": factor})
-    data["faults"] = faults
+    data["faults"] = _flag_faults(fail, degrade)
     if compare_healthy is not None:
         data["compare_healthy"] = compare_healthy
     data["seeds"] = list(seeds)
     return parse_scenario(data, source=src)
+
+
+def _flag_faults(fail: Sequence[str], degrade: Sequence[str]) -> list[dict[str, object]]:
+    faults: list[dict[str, object]] = [{"kind": "link-down", "link": x} for x in fail]
+    for d in degrade:
+        link, sep, factor = d.rpartition("=")
+        if not sep or not link:
+            raise _err("<flags>", "--degrade", f"expected LINK=FACTOR (e.g. leaf-000~spine-00=0.25), got {d!r}")
+        faults.append({"kind": "link-degraded", "link": link, "factor": factor})
+    return faults
+
+
+def scenario_to_dict(sc: Scenario) -> dict[str, object]:
+    """The YAML-shaped mapping of a scenario (``parse_scenario`` of it gives it back)."""
+    topo: dict[str, object] = (
+        {"file": sc.topology_file} if sc.topology_file is not None
+        else {"kind": sc.topology_kind, "params": dict(sc.topology_params)}
+    )
+    faults: list[dict[str, object]] = []
+    for f in sc.faults:
+        d: dict[str, object] = {"kind": f.kind, "link": f.link}
+        if f.kind == "link-degraded":
+            d["factor"] = f.factor
+        if f.start_ns:
+            d["start"] = f.start_ns
+        if f.end_ns is not None:
+            d["end"] = f.end_ns
+        faults.append(d)
+    return {
+        "name": sc.name, "topology": topo, "workload": dict(sc.workload), "lb": list(sc.schemes),
+        "hash": {"function": sc.hash.function, "seed": sc.hash.seed, "per_switch_seed": sc.hash.per_switch_seed},
+        "faults": faults, "compare_healthy": sc.compare_healthy, "seeds": list(sc.seeds),
+        "flowlet_bytes": sc.flowlet_bytes, "batch_rtol": sc.batch_rtol,
+    }
+
+
+def with_overrides(
+    sc: Scenario,
+    *,
+    lb: str | None = None,
+    seeds: Sequence[int] = (),
+    fail: Sequence[str] = (),
+    degrade: Sequence[str] = (),
+) -> Scenario:
+    """A scenario with command-line overrides: schemes and seeds replaced, faults added."""
+    d = scenario_to_dict(sc)
+    if lb is not None:
+        d["lb"] = lb
+    if seeds:
+        d["seeds"] = list(seeds)
+    extra = _flag_faults(fail, degrade)
+    if extra:
+        d["faults"] = [*d["faults"], *extra]  # type: ignore[misc]
+        d["compare_healthy"] = True
+    if sc.topology_file is not None:
+        d["topology"] = {"file": str(Path(sc.topology_file).resolve())}
+    return parse_scenario(d, source=sc.source)
 
 
 # ---------------------------------------------------------------------- building
@@ -508,5 +559,7 @@ __all__ = [
     "resolve_link",
     "run_scenario",
     "scenario_from_flags",
+    "scenario_to_dict",
     "uplinks",
+    "with_overrides",
 ]

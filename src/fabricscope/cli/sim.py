@@ -1,0 +1,121 @@
+"""``fabricscope sim``: run a what-if scenario (from a YAML file or flags) and report it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+_HELP = """Simulate a workload on a fabric with one or several load-balancing schemes.
+
+The flow-level engine gives every flow max-min fair rates between arrivals and completions
+and reports FCTs, collective busbw, link utilization and any unroutable flow. Give a
+scenario YAML file (see docs/sim.md) or describe the scenario with flags.
+
+--topo is KIND[:KEY=VALUE,...] (a builder: leaf-spine, fat-tree, rail-optimized,
+multi-plane, dual-tor) or an inventory FILE; --workload is KIND[:KEY=VALUE,...]
+(permutation, nic-all-to-all, incast, allreduce, allgather, reducescatter, alltoall,
+flows, job). A LINK is a cable id 'a:eth1|b:eth2', a port 'a:eth1' or two devices 'a~b'.
+
+Schemes: ecmp, random (uniform random path), spray (per-packet), flowlet, dlb (least
+loaded next hop per flowlet), stripe (multi-plane NICs).
+
+Examples:
+
+  fabricscope sim --topo fat-tree:k=8 --workload permutation:size=2MiB --lb ecmp,spray,dlb
+
+  fabricscope sim --topo rail-optimized:servers=16 --workload allreduce:size=32MiB,placement=random --lb ecmp,spray
+
+  fabricscope sim --topo leaf-spine:leaves=4,hosts_per_leaf=8,spines=4 --workload permutation:size=1MB --fail leaf-000~spine-00 --degrade leaf-001~spine-01=25%
+
+  fabricscope sim scenario.yaml --out results/ --seed 0 --seed 1
+"""
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``sim`` command."""
+
+    @app.command("sim", help=_HELP)
+    def sim(
+        scenario_file: Path | None = typer.Argument(None, metavar="[SCENARIO.yaml]", help="Scenario file (YAML)."),
+        topo: str | None = typer.Option(None, "--topo", help="KIND[:KEY=VALUE,...] or an inventory file."),
+        workload: str | None = typer.Option(None, "--workload", "-w", help="KIND[:KEY=VALUE,...], e.g. permutation:size=2MiB."),
+        lb: str | None = typer.Option(None, "--lb", help="Scheme(s), comma separated: ecmp,random,spray,flowlet,dlb,stripe."),
+        fail: list[str] = typer.Option([], "--fail", help="LINK to take down (repeatable)."),
+        degrade: list[str] = typer.Option([], "--degrade", help="LINK=FACTOR: capacity kept, 0.25 or 25% (repeatable)."),
+        seed: list[int] = typer.Option([], "--seed", help="Seed(s) for placement / permutation / random LB (repeatable)."),
+        hash_function: str = typer.Option("crc32", "--hash", help="ECMP hash: crc32, crc16 or xor."),
+        polarized: bool = typer.Option(False, "--polarized", help="Same hash seed on every switch (shows polarization)."),
+        out: Path | None = typer.Option(None, "--out", "-o", help="Directory for sim.json, fct_cdf.png, link_util.png."),
+        no_plot: bool = typer.Option(False, "--no-plot", help="Skip the plots."),
+    ) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            Progress,
+            TaskProgressColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        from fabricscope.model.errors import ConfigError
+        from fabricscope.service.sim_report import format_table, write_report
+        from fabricscope.sim.scenario import (
+            prepare,
+            read_scenario,
+            run_scenario,
+            scenario_from_flags,
+            with_overrides,
+        )
+
+        console = Console(highlight=False, soft_wrap=True)
+        if scenario_file is not None:
+            if topo is not None or workload is not None:
+                raise ConfigError("--topo/--workload: give either a scenario file or flags, not both")
+            sc = read_scenario(scenario_file)
+            if lb is not None or seed or fail or degrade:
+                sc = with_overrides(sc, lb=lb, seeds=seed, fail=fail, degrade=degrade)
+        else:
+            if topo is None or workload is None:
+                raise ConfigError(
+                    "sim: give a SCENARIO.yaml or both --topo and --workload "
+                    "(e.g. --topo fat-tree:k=8 --workload permutation:size=2MiB)"
+                )
+            sc = scenario_from_flags(
+                topo=topo, workload=workload, lb=lb or "ecmp", fail=fail, degrade=degrade,
+                seeds=seed or [0], hash_function=hash_function, per_switch_seed=not polarized,
+            )
+        prep = prepare(sc)  # everything is validated before the first run
+        n_flows = sum(len(w.flows) for w in prep.workloads.values())
+        console.print(
+            f"[bold]{sc.name}[/]: {prep.fabric.name} ({len(prep.fabric.nics)} NICs), "
+            f"{sc.workload.get('kind')} ({n_flows // max(len(prep.workloads), 1)} flows), "
+            f"schemes {', '.join(sc.schemes)}, seeds {', '.join(map(str, sc.seeds))}"
+            + (f", faults: {', '.join(f'{f.kind} {f.subject}' for f in prep.faults)}" if prep.faults else "")
+        )
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
+            console=console, transient=True,
+        ) as bar:
+            def progress(label: str):  # type: ignore[no-untyped-def]
+                task = bar.add_task(label, total=1)
+
+                def cb(done: int, total: int) -> None:
+                    bar.update(task, completed=done, total=max(total, 1))
+
+                return cb
+
+            result = run_scenario(prep, progress=progress, record_utilization=out is not None)
+        console.print(format_table(result))
+        for r in result.runs:
+            if r.result.unroutable or r.result.blocked:
+                ex = r.result.summary().get("unroutable_flows", [])
+                first = ", ".join(f"{f['src']}->{f['dst']}" for f in ex[:3]) if isinstance(ex, list) else ""
+                console.print(
+                    f"[yellow]warning[/]: {r.label} seed {r.seed}: {len(r.result.unroutable)} flow(s) "
+                    f"unroutable (partitioned), {len(r.result.blocked)} blocked behind them: {first}"
+                )
+        if out is not None:
+            files = write_report(result, out, plots=not no_plot)
+            for kind, path in files.items():
+                console.print(f"{kind}: {path}")
