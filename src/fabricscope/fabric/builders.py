@@ -343,6 +343,9 @@ def _rail_plan(
     else:
         spp = _integer("servers_per_pod", servers_per_pod, src)
     npods = -(-servers // spp)
+    if servers_per_leaf is None and spl > spp:  # small pods: a leaf needs no more ports than that
+        spl = spp
+        leaf_up = leaf_up_for(spl)
     if pods is not None and npods != pods:
         raise InventoryError(f"{src}: pods: {servers} servers in pods of {spp} make {npods} pods, not {pods}")
     leaves_in_group = -(-min(spp, servers) // spl) * per_group_per_leafset
