@@ -8,17 +8,11 @@ import typer
 
 _HELP = """Simulate a workload on a fabric with one or several load-balancing schemes.
 
-The flow-level engine gives every flow max-min fair rates between arrivals and completions
-and reports FCTs, collective busbw, link utilization and any unroutable flow. Give a
-scenario YAML file (see docs/sim.md) or describe the scenario with flags.
+The flow-level engine gives every flow max-min fair rates between arrivals and completions and reports FCTs, collective busbw, link utilization and any unroutable flow. Give a scenario YAML file (see docs/sim.md) or describe the scenario with flags.
 
---topo is KIND[:KEY=VALUE,...] (a builder: leaf-spine, fat-tree, rail-optimized,
-multi-plane, dual-tor) or an inventory FILE; --workload is KIND[:KEY=VALUE,...]
-(permutation, nic-all-to-all, incast, allreduce, allgather, reducescatter, alltoall,
-flows, job). A LINK is a cable id 'a:eth1|b:eth2', a port 'a:eth1' or two devices 'a~b'.
+--topo is KIND[:KEY=VALUE,...] (a builder: leaf-spine, fat-tree, rail-optimized, multi-plane, dual-tor) or an inventory FILE. --workload is KIND[:KEY=VALUE,...] (permutation, nic-all-to-all, incast, allreduce, allgather, reducescatter, alltoall, flows, job). A LINK is a cable id 'a:eth1|b:eth2', a port 'a:eth1' or two devices 'a~b'.
 
-Schemes: ecmp, random (uniform random path), spray (per-packet), flowlet, dlb (least
-loaded next hop per flowlet), stripe (multi-plane NICs).
+Schemes: ecmp, random (uniform random path), spray (per-packet), flowlet, dlb (least-loaded next hop per flowlet), stripe (multi-plane NICs).
 
 Examples:
 
