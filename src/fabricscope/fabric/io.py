@@ -124,10 +124,10 @@ def _devices(raw: list[Any], pr: _Problems) -> list[Device]:
             pr.add(where, f"expected a mapping, got {item!r}")
             continue
         n0 = len(pr.items)
-        _check_keys(item, _DEVICE_KEYS, where, pr)
         did = item.get("id")
         if _check_id(did, f"{where}.id", pr):
             where = f"devices[{i}] ({did})"
+        _check_keys(item, _DEVICE_KEYS, where, pr)
         role: Any = item.get("role")
         if role not in ROLES:
             pr.add(f"{where}.role", f"expected one of {', '.join(ROLES)}, got {role!r}")
