@@ -7,6 +7,7 @@ from fabricscope.fabric.builders import (
     multi_plane_fabric,
     rail_optimized_fabric,
 )
+from fabricscope.fabric.catalog import BUILDERS, build_fabric
 from fabricscope.fabric.hashing import HashConfig, hash_key
 from fabricscope.fabric.inventory import (
     Device,
@@ -18,18 +19,25 @@ from fabricscope.fabric.inventory import (
     link_id,
     port_device,
 )
-from fabricscope.fabric.routing import Routing
+from fabricscope.fabric.io import fabric_from_dict, fabric_to_dict, read_fabric, write_fabric
+from fabricscope.fabric.routing import PathTable, Routing
+from fabricscope.fabric.summary import summarize
 
 __all__ = [
+    "BUILDERS",
     "Device",
     "Fabric",
     "FabricIndex",
     "HashConfig",
     "Link",
+    "PathTable",
     "Port",
     "Routing",
+    "build_fabric",
     "directed_link_id",
     "dual_tor_fabric",
+    "fabric_from_dict",
+    "fabric_to_dict",
     "fat_tree_fabric",
     "hash_key",
     "leaf_spine_fabric",
@@ -37,4 +45,7 @@ __all__ = [
     "multi_plane_fabric",
     "port_device",
     "rail_optimized_fabric",
+    "read_fabric",
+    "summarize",
+    "write_fabric",
 ]
