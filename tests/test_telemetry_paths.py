@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 from gnmi_pb import gnmi_pb2
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fabricscope.telemetry.codec import (
     Flattener,
+    WireFlattener,
     decode_value,
     encode_notification,
     from_proto_path,
@@ -98,6 +99,7 @@ values = st.one_of(st.integers(0, 2**64 - 1), st.integers(-(2**63), -1), st.floa
                    st.booleans(), st.text(max_size=20))
 
 
+@settings(max_examples=60)
 @given(st.integers(0, 2**63 - 1), st.lists(st.tuples(paths, values), max_size=5), names,
        st.sampled_from(["typed", "json_ietf"]))
 def test_hand_encoder_matches_protobuf(ts: int, ups: list[tuple[GPath, object]], target: str, enc: str) -> None:
@@ -111,6 +113,23 @@ def test_hand_encoder_matches_protobuf(ts: int, ups: list[tuple[GPath, object]],
         assert u.val == typed_value(v, enc)  # type: ignore[arg-type]
         got = decode_value(u.val)
         assert got == v and type(got) is type(v)
+    # the bytes-level flattener the collector uses agrees with the protobuf-object one,
+    # on our hand-encoded bytes and on protobuf's own serialization
+    slow = Flattener().flatten(n)
+    assert WireFlattener().flatten(wire) == (slow, False)
+    assert WireFlattener().flatten(resp.SerializeToString()) == (slow, False)
+
+
+def test_wire_flattener_falls_back_for_deletes_errors_and_sync() -> None:
+    p = to_proto_path(parse_path("/interfaces/interface[name=eth1]/state/oper-status"))
+    n = gnmi_pb2.Notification(timestamp=3, prefix=gnmi_pb2.Path(target="t"), delete=[p],
+                              update=[gnmi_pb2.Update(path=p, val=gnmi_pb2.TypedValue(string_val="UP"))])
+    wire = gnmi_pb2.SubscribeResponse(update=n).SerializeToString()
+    assert WireFlattener().flatten(wire) == (Flattener().flatten(n), False)
+    sync = gnmi_pb2.SubscribeResponse(sync_response=True).SerializeToString()
+    assert WireFlattener().flatten(sync) == ([], True)
+    with pytest.raises(ValueError):
+        WireFlattener().flatten(gnmi_pb2.SubscribeResponse(error=gnmi_pb2.Error(message="boom")).SerializeToString())
 
 
 def test_flattener_emits_one_event_per_update_with_target_and_tags() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 from pathlib import Path
 
 import duckdb
@@ -37,6 +38,12 @@ CREATE TABLE IF NOT EXISTS findings (
 );
 """
 
+_TS = attrgetter("ts_ns")
+_TARGET = attrgetter("target")
+_NAME = attrgetter("name")
+_TAGS = attrgetter("tags")
+_VALUE = attrgetter("value")
+
 _EV_SCHEMA = pa.schema([
     ("ts_ns", pa.int64()), ("target", pa.string()), ("name", pa.string()), ("tags", pa.string()),
     ("value_num", pa.float64()), ("value_str", pa.string()),
@@ -56,39 +63,46 @@ class TelemetryStore:
         self._tags_json: dict[int, tuple[Mapping[str, str], str]] = {}
         self.rows = 0
 
-    def _tags(self, t: Mapping[str, str]) -> str:
-        # Tag dicts are shared per leaf by the flattener; memoize their JSON by identity
-        # (holding a reference so the id cannot be reused).
-        hit = self._tags_json.get(id(t))
-        if hit is not None and hit[0] is t:
-            return hit[1]
-        s = json.dumps(dict(t), sort_keys=True)
-        if len(self._tags_json) > 2_000_000:
-            self._tags_json.clear()
-        self._tags_json[id(t)] = (t, s)
-        return s
+    def _tags_column(self, tag_maps: list[Mapping[str, str]]) -> pa.Array:
+        # Tag dicts are shared per leaf by the flattener: encode each distinct one once
+        # (by identity, holding a reference so an id cannot be reused) and build a
+        # dictionary-encoded column, so the per-event cost is one dict lookup.
+        memo = self._tags_json
+        ids = list(map(id, tag_maps))
+        pos: dict[int, int] = {}
+        labels: list[str] = []
+        for i, t in zip(ids, tag_maps, strict=True):
+            if i in pos:
+                continue
+            hit = memo.get(i)
+            if hit is None or hit[0] is not t:
+                hit = (t, json.dumps(dict(t), sort_keys=True))
+                if len(memo) > 2_000_000:
+                    memo.clear()
+                memo[i] = hit
+            pos[i] = len(labels)
+            labels.append(hit[1])
+        idx = pa.array([pos[i] for i in ids], pa.int32())
+        return pa.DictionaryArray.from_arrays(idx, pa.array(labels, pa.string())).cast(pa.string())
 
     def write_events(self, events: Sequence[TelemetryEvent]) -> None:
         if not events:
             return
-        num: list[float | None] = []
-        txt: list[str | None] = []
-        for e in events:
-            v = e.value
-            if isinstance(v, bool | str):
-                num.append(None)
-                txt.append(str(v))
-            else:
-                num.append(float(v))
-                txt.append(None)
-        tags = self._tags
+        values = list(map(_VALUE, events))
+        kinds = set(map(type, values))
+        if kinds <= {int, float}:  # the common case: all numeric
+            num = pa.array(values, pa.float64())
+            txt = pa.nulls(len(values), pa.string())
+        else:
+            num = pa.array([None if isinstance(v, bool | str) else float(v) for v in values], pa.float64())
+            txt = pa.array([str(v) if isinstance(v, bool | str) else None for v in values], pa.string())
         table = pa.Table.from_arrays([
-            pa.array([e.ts_ns for e in events], pa.int64()),
-            pa.array([e.target for e in events], pa.string()),
-            pa.array([e.name for e in events], pa.string()),
-            pa.array([tags(e.tags) for e in events], pa.string()),
-            pa.array(num, pa.float64()),
-            pa.array(txt, pa.string()),
+            pa.array(list(map(_TS, events)), pa.int64()),
+            pa.array(list(map(_TARGET, events)), pa.string()),
+            pa.array(list(map(_NAME, events)), pa.string()),
+            self._tags_column(list(map(_TAGS, events))),
+            num,
+            txt,
         ], schema=_EV_SCHEMA)
         try:
             self.con.register("_batch", table)

@@ -12,6 +12,7 @@ against the official message classes.
 from __future__ import annotations
 
 import json
+import re
 import struct
 from collections.abc import Iterable, Sequence
 from typing import Literal
@@ -36,6 +37,9 @@ __all__ = [
 ]
 
 
+_BAD_NAME = re.compile(r"[/\[\]=]")
+
+
 def to_proto_path(path: GPath, *, target: str = "") -> gnmi_pb2.Path:
     return gnmi_pb2.Path(
         origin=path.origin,
@@ -50,12 +54,17 @@ def from_proto_path(p: gnmi_pb2.Path, *, source: str = "path") -> GPath:
         raise PathSyntaxError(f"{source}: deprecated 'element' field is not supported; use 'elem'")
     elems = []
     for i, e in enumerate(p.elem):
-        if not e.name or any(c in e.name for c in "/[]="):
-            raise PathSyntaxError(f"{source}: elem[{i}].name: invalid {e.name!r}")
-        for k in e.key:
-            if not k or any(c in k for c in "/[]="):
-                raise PathSyntaxError(f"{source}: elem[{i}].key: invalid key name {k!r}")
-        elems.append(Elem(e.name, tuple(sorted(e.key.items()))))
+        name = e.name
+        if not name or _BAD_NAME.search(name):
+            raise PathSyntaxError(f"{source}: elem[{i}].name: invalid {name!r}")
+        if e.key:
+            keys = tuple(sorted(e.key.items()))
+            for k, _ in keys:
+                if not k or _BAD_NAME.search(k):
+                    raise PathSyntaxError(f"{source}: elem[{i}].key: invalid key name {k!r}")
+            elems.append(Elem(name, keys))
+        else:
+            elems.append(Elem(name))
     return GPath(tuple(elems), p.origin, p.target)
 
 
@@ -217,6 +226,237 @@ class Flattener:
             full = GPath(pre[1] + from_proto_path(d, source="delete.path").elems, pre[2])
             append(TelemetryEvent(schema_name(full), ts, target, {**tags_of(full), "deleted": "true"}, ""))
         return out
+
+
+# ---------------------------------------------------------------- fast wire decoding
+_DBL = struct.Struct("<d").unpack_from
+_FLT = struct.Struct("<f").unpack_from
+
+
+def _uvarint(buf: bytes, i: int) -> tuple[int, int]:
+    b = buf[i]
+    if b < 0x80:
+        return b, i + 1
+    result = b & 0x7F
+    shift = 7
+    i += 1
+    while True:
+        b = buf[i]
+        result |= (b & 0x7F) << shift
+        i += 1
+        if b < 0x80:
+            return result, i
+        shift += 7
+
+
+def _skip(buf: bytes, i: int, wt: int) -> int:
+    if wt == 0:
+        return _uvarint(buf, i)[1]
+    if wt == 1:
+        return i + 8
+    if wt == 2:
+        n, i = _uvarint(buf, i)
+        return i + n
+    if wt == 5:
+        return i + 4
+    raise ValueError(f"unsupported wire type {wt}")
+
+
+def _typed(buf: bytes) -> Value:
+    """Decode a serialized TypedValue; scalar kinds inline, the rest through protobuf."""
+    if buf:
+        tag = buf[0]
+        if tag == 0x18:  # uint_val
+            return _uvarint(buf, 1)[0]
+        if tag == 0x71:  # double_val
+            return float(_DBL(buf, 1)[0])
+        if tag == 0x0A:  # string_val
+            n, i = _uvarint(buf, 1)
+            return buf[i : i + n].decode()
+        if tag == 0x10:  # int_val (two's complement int64)
+            v = _uvarint(buf, 1)[0]
+            return v - (1 << 64) if v >= 1 << 63 else v
+        if tag == 0x20:
+            return bool(_uvarint(buf, 1)[0])
+        if tag == 0x35:
+            return float(_FLT(buf, 1)[0])
+    return decode_value(gnmi_pb2.TypedValue.FromString(buf))
+
+
+def _path_elems(pb: bytes) -> tuple[str, dict[str, str]] | None:
+    """(schema name, tags) straight from a serialized Path with only ``elem`` fields; None
+    when it holds anything else (origin, legacy elements) or names that need validation."""
+    names: list[str] = []
+    tags: dict[str, str] = {}
+    i, n = 0, len(pb)
+    while i < n:
+        if pb[i] != 0x1A:  # elem
+            return None
+        ln, i = _uvarint(pb, i + 1)
+        end = i + ln
+        name = ""
+        while i < end:
+            key = pb[i]
+            ln2, i = _uvarint(pb, i + 1)
+            if key == 0x0A:
+                name = pb[i : i + ln2].decode()
+            elif key == 0x12:  # map entry {1: key, 2: value}
+                e_end = i + ln2
+                k = v = ""
+                j = i
+                while j < e_end:
+                    kk = pb[j]
+                    l3, j = _uvarint(pb, j + 1)
+                    if kk == 0x0A:
+                        k = pb[j : j + l3].decode()
+                    elif kk == 0x12:
+                        v = pb[j : j + l3].decode()
+                    j += l3
+                if not k or _BAD_NAME.search(k):
+                    return None
+                tags[f"{name}_{k}"] = v
+            else:
+                return None
+            i += ln2
+        if not name or _BAD_NAME.search(name):
+            return None
+        names.append(name)
+    return "/" + "/".join(names), tags
+
+
+class WireFlattener:
+    """Flatten raw ``SubscribeResponse`` bytes without building protobuf objects.
+
+    Same output as :class:`Flattener` (tests check both against each other); the path cache
+    is keyed by the path's own bytes, so a leaf costs a dict lookup after its first sample.
+    Anything unusual (deletes, deprecated ``value`` fields, errors) falls back to protobuf.
+    """
+
+    def __init__(self, *, max_cache: int = 1_000_000) -> None:
+        self._slow = Flattener(max_cache=max_cache)
+        self._cache: dict[bytes, dict[bytes, tuple[str, dict[str, str]]]] = {}
+        self.max_cache = max_cache
+        self._n = 0
+        self._targets: dict[bytes, str] = {}
+        self._prefixes: dict[bytes, GPath] = {}
+
+    def flatten(self, resp: bytes, *, default_target: str = "") -> tuple[list[TelemetryEvent], bool]:
+        """(events, sync_response) of one serialized SubscribeResponse."""
+        if not resp or resp[0] != 0x0A:  # not an update notification
+            msg = gnmi_pb2.SubscribeResponse.FromString(resp)
+            if msg.HasField("error"):
+                raise ValueError(f"target error: {msg.error.message}")
+            if msg.HasField("update"):
+                return self._slow.flatten(msg.update, default_target=default_target), False
+            return [], msg.sync_response
+        n, i = _uvarint(resp, 1)
+        end = i + n
+        ts = 0
+        prefix = b""
+        # Header fields (timestamp, prefix) come first from every serializer we know (fields
+        # are written in number order); anything else goes the general way.
+        while i < end and resp[i] in (0x08, 0x12):
+            if resp[i] == 0x08:
+                ts, i = _uvarint(resp, i + 1)
+            else:
+                ln, i = _uvarint(resp, i + 1)
+                prefix = resp[i : i + ln]
+                i += ln
+        paths = self._cache.get(prefix)
+        if paths is None:
+            paths = self._cache[prefix] = {}
+        target = self._target(prefix) or default_target
+        out: list[TelemetryEvent] = []
+        append = out.append
+        ev = TelemetryEvent
+        try:
+            while i < end:
+                if resp[i] != 0x22:  # not an update (delete, atomic...)
+                    return self._general(resp, default_target)
+                # update length: 1-2 byte varint inline
+                ln = resp[i + 1]
+                i += 2
+                if ln >= 0x80:
+                    x = resp[i]
+                    if x >= 0x80:
+                        return self._general(resp, default_target)
+                    ln = (ln & 0x7F) | (x << 7)
+                    i += 1
+                nxt = i + ln
+                # path (field 1), then val (field 3): what every target we know sends
+                if resp[i] != 0x0A:
+                    return self._general(resp, default_target)
+                pl = resp[i + 1]
+                i += 2
+                if pl >= 0x80:
+                    x = resp[i]
+                    if x >= 0x80:
+                        return self._general(resp, default_target)
+                    pl = (pl & 0x7F) | (x << 7)
+                    i += 1
+                pb = resp[i : i + pl]
+                i += pl
+                if resp[i] != 0x1A or resp[i + 1] >= 0x80:
+                    return self._general(resp, default_target)
+                k = i + 2
+                nt = paths.get(pb)
+                if nt is None:
+                    nt = self._leaf(prefix, pb)
+                    paths[pb] = nt
+                if resp[k] == 0x18:  # uint_val: the common case (counters), varint inline
+                    k += 1
+                    x = resp[k]
+                    v = x & 0x7F
+                    shift = 7
+                    while x >= 0x80:
+                        k += 1
+                        x = resp[k]
+                        v |= (x & 0x7F) << shift
+                        shift += 7
+                    append(ev(nt[0], ts, target, nt[1], v))
+                else:
+                    append(ev(nt[0], ts, target, nt[1], _typed(resp[k : k + resp[i + 1]])))
+                i = nxt
+        except IndexError:
+            return self._general(resp, default_target)
+        self._n += len(out)
+        if self._n > self.max_cache:
+            self._n = 0
+            if sum(len(v) for v in self._cache.values()) > self.max_cache:
+                self._cache.clear()
+        return out, False
+
+    def _target(self, prefix: bytes) -> str:
+        t = self._targets.get(prefix)
+        if t is None:
+            t = gnmi_pb2.Path.FromString(prefix).target
+            self._targets[prefix] = t
+        return t
+
+    def _leaf(self, prefix: bytes, pb: bytes) -> tuple[str, dict[str, str]]:
+        try:
+            elems = _path_elems(pb)
+        except (IndexError, ValueError, UnicodeDecodeError):
+            elems = None
+        if elems is not None:
+            pre = self._prefixes.get(prefix)
+            if pre is None:
+                pre = from_proto_path(gnmi_pb2.Path.FromString(prefix), source="notification.prefix")
+                self._prefixes[prefix] = pre
+            if not pre.elems:
+                return elems
+
+        pre = self._prefixes.get(prefix)
+        if pre is None:
+            pre = from_proto_path(gnmi_pb2.Path.FromString(prefix), source="notification.prefix")
+            self._prefixes[prefix] = pre
+        full = GPath(pre.elems + from_proto_path(gnmi_pb2.Path.FromString(pb), source="update.path").elems,
+                     pre.origin)
+        return schema_name(full), tags_of(full)
+
+    def _general(self, resp: bytes, default_target: str) -> tuple[list[TelemetryEvent], bool]:
+        note = gnmi_pb2.SubscribeResponse.FromString(resp).update
+        return self._slow.flatten(note, default_target=default_target), False
 
 
 def event_paths(events: Sequence[TelemetryEvent]) -> list[str]:

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
-from gnmi_pb import gnmi_pb2, gnmi_pb2_grpc
+from gnmi_pb import gnmi_pb2
 
-from fabricscope.model.errors import ConfigError, TransportError
+from fabricscope.model.errors import ConfigError, FabricscopeError, TransportError
 from fabricscope.model.records import Finding, TelemetryEvent
-from fabricscope.telemetry.codec import Flattener, to_proto_path
+from fabricscope.telemetry.codec import WireFlattener, to_proto_path
 from fabricscope.telemetry.config import CollectorConfig, SubscriptionConfig, TargetConfig
 from fabricscope.telemetry.detectors import DetectorSet, build_detector
 from fabricscope.telemetry.paths import parse_path
@@ -133,7 +133,7 @@ class Collector:
         self.on_findings = on_findings
         self.stats = CollectorStats()
         self._rng = random.Random(seed)
-        self._flat = Flattener()
+        self._flat = WireFlattener()
         self.buffer: EventBuffer | None = None
         self._stop = asyncio.Event()
         self._done_once = 0
@@ -194,7 +194,12 @@ class Collector:
         key = f"{t.name}/{name}/{s.name}"
         st = self.stats.targets.setdefault(key, TargetStats(key))
         md = self._metadata(t)
-        stub = gnmi_pb2_grpc.gNMIStub(ch)
+        # Responses stay bytes: WireFlattener parses them without building protobuf objects.
+        subscribe = ch.stream_stream(
+            "/gnmi.gNMI/Subscribe",
+            request_serializer=gnmi_pb2.SubscribeRequest.SerializeToString,
+            response_deserializer=None,
+        )
         delay = self.cfg.backoff_initial_ns / 1e9
         assert self.buffer is not None
         buf = self.buffer
@@ -202,21 +207,25 @@ class Collector:
         while not self._stop.is_set():
             st.connects += 1
             try:
-                call = stub.Subscribe(self._requests(self._request(name, s), s), metadata=md)
+                call = subscribe(self._requests(self._request(name, s), s), metadata=md)
                 async for resp in call:
-                    if resp.HasField("update"):
-                        evs = flatten(resp.update, default_target=name)
+                    evs, sync = flatten(resp, default_target=name)
+                    if evs:
                         st.updates += len(evs)
                         self.stats.received += len(evs)
                         await buf.put(evs)
                         delay = self.cfg.backoff_initial_ns / 1e9  # healthy again
-                    elif resp.sync_response:
+                    if sync:
                         st.syncs += 1
                 if s.mode == "once":
                     return
             except grpc.aio.AioRpcError as exc:
                 st.errors += 1
                 st.last_error = f"{exc.code().name}: {exc.details()}"
+                log.warning("gnmi %s: %s; retrying in %.1fs", key, st.last_error, delay)
+            except (ValueError, IndexError, FabricscopeError) as exc:  # a malformed response
+                st.errors += 1
+                st.last_error = f"bad response: {exc}"
                 log.warning("gnmi %s: %s; retrying in %.1fs", key, st.last_error, delay)
             except asyncio.CancelledError:
                 raise

@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 from gnmi_pb import gnmi_pb2
@@ -65,7 +65,7 @@ class TelemetrySource(Protocol):
 
     def targets(self) -> Sequence[str]: ...
     def leaves(self, target: str) -> Sequence[Leaf]: ...
-    def read(self, leaves: Sequence[Leaf]) -> Sequence[Value]: ...
+    def read(self, leaves: Sequence[Any]) -> Sequence[Value]: ...
     def sync(self) -> int: ...
 
 
