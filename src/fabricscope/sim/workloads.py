@@ -5,7 +5,11 @@ See ``docs/workloads.md``. Everything here is pure: randomness comes in as ``see
 
 from __future__ import annotations
 
-from fabricscope.sim.workload.alphabeta import alpha_beta_time, ring_time_from_rates
+from fabricscope.sim.workload.alphabeta import (
+    alpha_beta_time,
+    path_latency_s,
+    ring_time_from_rates,
+)
 from fabricscope.sim.workload.collectives import (
     all_to_all,
     ring_collective,
@@ -50,6 +54,7 @@ __all__ = [
     "parse_flow_csv",
     "parse_flow_json",
     "parse_size",
+    "path_latency_s",
     "permutation",
     "place_job",
     "place_ranks",

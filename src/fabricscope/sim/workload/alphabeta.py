@@ -21,6 +21,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+import numpy.typing as npt
+
+from fabricscope.fabric.hashing import HashConfig
+from fabricscope.fabric.inventory import Fabric
+from fabricscope.fabric.routing import Routing
 from fabricscope.model.errors import WorkloadError
 from fabricscope.sim.flows import Workload
 
@@ -64,15 +70,21 @@ def alpha_beta_time(
 
 
 def ring_time_from_rates(
-    workload: Workload, rates_bps: Sequence[float], *, alpha_s: float = 0.0
+    workload: Workload,
+    rates_bps: Sequence[float] | npt.NDArray[np.float64],
+    *,
+    alpha_s: float = 0.0,
+    latency_s: Sequence[float] | npt.NDArray[np.float64] | None = None,
 ) -> float:
     """Completion time of a ring collective from one steady-state step's flow rates.
 
     ``workload`` comes from :func:`~fabricscope.sim.workload.collectives.ring_steady_state`;
     ``rates_bps[i]`` is the rate (bit/s) flow ``i`` gets when all of them run together (the
     engine's max-min solution at t = 0). A pipelined ring advances one step when its slowest
-    hop finishes, so channel ``c`` takes ``steps * (alpha + chunk * 8 / min rate of c)`` and
-    the collective ends with its slowest channel. This is the alpha-beta ring formula with
+    hop's chunk has arrived, so channel ``c`` takes
+    ``steps * (alpha + max over its hops of (chunk * 8 / rate + latency))`` and the collective
+    ends with its slowest channel (``latency_s``: per-flow one-way delay, e.g. from
+    :func:`path_latency_s`; omitted, only the bandwidth term is counted). This is the alpha-beta ring formula with
     ``B`` replaced by the slowest hop's fair share; it is exact for one channel, and a
     slight over-estimate for several (a channel's idle fast hops could lend bandwidth to
     another channel's slow hop, which max-min at t = 0 does not see).
@@ -88,15 +100,40 @@ def ring_time_from_rates(
     chunk = _as_float(meta["chunk_bytes"])
     bounds = meta["channel_flows"]
     assert isinstance(bounds, list)
+    rates = np.asarray(rates_bps, dtype=np.float64)
+    lat = np.zeros_like(rates) if latency_s is None else np.asarray(latency_s, dtype=np.float64)
+    if lat.shape != rates.shape:
+        raise WorkloadError(f"ring time: latency_s: {lat.shape[0]} values for {rates.shape[0]} flows")
+    if np.any(rates <= 0):
+        return math.inf
+    step = chunk * 8.0 / rates + lat
     worst = 0.0
     for lo, hi in bounds:
-        if hi <= lo:
-            continue
-        r = min(float(x) for x in rates_bps[lo:hi])
-        if not r > 0:
-            return math.inf
-        worst = max(worst, steps * (alpha_s + chunk * 8.0 / r))
+        if hi > lo:
+            worst = max(worst, steps * (alpha_s + float(step[lo:hi].max())))
     return worst
+
+
+def path_latency_s(
+    fabric: Fabric, workload: Workload, *, mtu_bytes: int = 4096, hash_config: HashConfig | None = None
+) -> npt.NDArray[np.float64]:
+    """One-way delay of each flow's ECMP path: propagation plus one MTU store-and-forward per
+    switch (the flow engine's arrival model). In a Clos every shortest path has the same hop
+    count, so this holds for sprayed flows too."""
+    ix = fabric.index
+    src = np.array([ix.node_of[f.src] for f in workload.flows], dtype=np.int64)
+    dst = np.array([ix.node_of[f.dst] for f in workload.flows], dtype=np.int64)
+    ports = np.array([49152 if f.src_port is None else f.src_port for f in workload.flows],
+                     dtype=np.int64)
+    tab = Routing(fabric, hash_config=hash_config).route_many(src, dst, ports, strict=False)
+    rows = np.repeat(np.arange(src.shape[0]), np.diff(tab.offsets))
+    lat = np.bincount(rows, weights=ix.latency_ns[tab.edges].astype(np.float64),
+                      minlength=src.shape[0])
+    ser = np.bincount(rows, weights=8.0 * mtu_bytes / ix.capacity_bps[tab.edges] * 1e9,
+                      minlength=src.shape[0])
+    hops = np.diff(tab.offsets)
+    first = np.where(hops > 0, ser / np.maximum(hops, 1), 0.0)
+    return np.asarray((lat + ser - first) / 1e9, dtype=np.float64)
 
 
 def _as_int(x: object) -> int:
