@@ -394,6 +394,9 @@ class Routing:
         base = self.hash.base_hashes(self.flow_keys(s, t, src_ports, dst_ports, proto))
         cls, classes, class_leaves = self._dst_classes(t)
         n_cls = max(len(classes), 1)
+        class_cols = np.full(class_leaves.shape, -1, dtype=np.int64)
+        for ci, att in enumerate(classes):
+            class_cols[ci, : len(att)] = att
         terms = self._seed_terms
         cur = s.copy()
         steps: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = []
@@ -405,17 +408,11 @@ class Routing:
             c, tt, k = cur[active], t[active], cls[active]
             deliver = (class_leaves[k] == c[:, None]).any(axis=1)
             code = c * (n_cls + ix.n_nodes) + np.where(deliver, n_cls + tt, k)
-            uniq, first, ginv = np.unique(code, return_index=True, return_inverse=True)
+            _, first, ginv = np.unique(code, return_index=True, return_inverse=True)
             ginv = ginv.reshape(-1)
-            starts = np.empty(uniq.shape[0], dtype=np.int64)
-            lens = np.empty(uniq.shape[0], dtype=np.int64)
-            flat: list[int] = []
-            for g, f in enumerate(first.tolist()):
-                nh = self._next_hops(int(c[f]), int(tt[f]), classes[int(k[f])])
-                starts[g] = len(flat)
-                lens[g] = len(nh)
-                flat.extend(nh)
-            flat_arr = np.asarray(flat, dtype=np.int64)
+            starts, lens, flat_arr = self._next_hops_many(
+                c[first], tt[first], k[first], deliver[first], class_cols
+            )
             ln = lens[ginv]
             dead = ln == 0
             if dead.any():
@@ -442,6 +439,61 @@ class Routing:
             raise UnroutableError(self._unroutable_msg(int(s[bad]), int(t[bad]))
                                   + f" (flow {bad} of {n}; {int((~ok).sum())} unroutable)")
         return PathTable(offsets, edges, ok)
+
+    @cached_property
+    def _out_csr(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Out-edges of every node in :attr:`FabricIndex.out_edges` order (CSR), and each
+        node's row in the distance matrix (-1 for NICs)."""
+        ix = self._ix
+        deg = np.array([len(o) for o in ix.out_edges], dtype=np.int64)
+        ptr = np.zeros(ix.n_nodes + 1, dtype=np.int64)
+        np.cumsum(deg, out=ptr[1:])
+        flat = np.fromiter((e for o in ix.out_edges for e in o), dtype=np.int64, count=int(ptr[-1]))
+        _, row_of, _ = self._dist
+        row = np.full(ix.n_nodes, -1, dtype=np.int64)
+        for node, r in row_of.items():
+            row[node] = r
+        return ptr, flat, row
+
+    def _next_hops_many(
+        self,
+        nodes: npt.NDArray[np.int64],
+        dsts: npt.NDArray[np.int64],
+        cls: npt.NDArray[np.int64],
+        deliver: npt.NDArray[np.bool_],
+        class_cols: npt.NDArray[np.int64],
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """:meth:`_next_hops` for many (node, destination) groups at once, same edges in the
+        same order: (starts, lengths, flat edge array)."""
+        ix = self._ix
+        dmat, _, _ = self._dist
+        ptr, oe, row = self._out_csr
+        g = nodes.shape[0]
+        deg = ptr[nodes + 1] - ptr[nodes]
+        gstart = np.zeros(g, dtype=np.int64)
+        np.cumsum(deg[:-1], out=gstart[1:])
+        grp = np.repeat(np.arange(g, dtype=np.int64), deg)
+        pos = np.arange(grp.shape[0], dtype=np.int64) - gstart[grp] + ptr[nodes][grp]
+        e = oe[pos]
+        v = ix.dst[e]
+        usable = self.usable[e]
+        dl = deliver[grp]
+        cand = usable & ~dl & ix.is_switch[v]
+        dist = np.full(e.shape[0], np.inf)
+        if cand.any() and dmat.shape[1]:
+            cc = class_cols[cls[grp[cand]]]
+            dd = dmat[row[v[cand]][:, None], np.maximum(cc, 0)]
+            dd[cc < 0] = np.inf
+            dist[cand] = dd.min(axis=1)
+        best = np.full(g, np.inf)
+        nz = deg > 0
+        if grp.shape[0]:
+            best[nz] = np.minimum.reduceat(dist, gstart[nz])
+        sel = np.where(dl, usable & (v == dsts[grp]), cand & (dist == best[grp]) & np.isfinite(dist))
+        lens = np.bincount(grp[sel], minlength=g).astype(np.int64)
+        starts = np.zeros(g, dtype=np.int64)
+        np.cumsum(lens[:-1], out=starts[1:])
+        return starts, lens, e[sel]
 
     def _route_each(
         self, s: npt.NDArray[np.int64], t: npt.NDArray[np.int64], src_ports: npt.ArrayLike | None,
