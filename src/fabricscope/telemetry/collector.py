@@ -322,3 +322,93 @@ class Collector:
     def close(self) -> None:
         for s in self.sinks:
             s.close()
+
+
+# ---------------------------------------------------------------- one-shot client (CLI)
+async def gnmi_get(
+    address: str,
+    target: str,
+    paths: Sequence[str],
+    *,
+    username: str | None = None,
+    password: str | None = None,
+    tls_ca: str | None = None,
+    server_name: str | None = None,
+    encoding: str = "proto",
+    timeout_s: float = 10.0,
+) -> list[TelemetryEvent]:
+    """One Get against ``address`` for ``prefix.target = target``; gRPC errors -> TransportError."""
+    from fabricscope.telemetry.codec import Flattener
+    from fabricscope.telemetry.config import TLSConfig
+
+    tcfg = TargetConfig("cli", address, (target,), username, password,
+                        tls=TLSConfig(ca_file=tls_ca, server_name=server_name) if tls_ca else None)
+    col = Collector(CollectorConfig((tcfg,), {}), sinks=[], detectors=DetectorSet([]))
+    req = gnmi_pb2.GetRequest(prefix=gnmi_pb2.Path(target=target),
+                              path=[to_proto_path(parse_path(p, source="path")) for p in paths],
+                              encoding=_ENC.get(encoding, gnmi_pb2.PROTO))
+    ch = col._channel(tcfg)
+    try:
+        stub = ch.unary_unary("/gnmi.gNMI/Get", request_serializer=gnmi_pb2.GetRequest.SerializeToString,
+                              response_deserializer=gnmi_pb2.GetResponse.FromString)
+        resp = await stub(req, metadata=col._metadata(tcfg), timeout=timeout_s)
+    except grpc.aio.AioRpcError as exc:
+        raise TransportError(f"gnmi get {address} target {target!r}: {exc.code().name}: {exc.details()}") from exc
+    finally:
+        await ch.close()
+    fl = Flattener()
+    out: list[TelemetryEvent] = []
+    for n in resp.notification:
+        out += fl.flatten(n, default_target=target)
+    return out
+
+
+async def gnmi_subscribe(
+    address: str,
+    target: str,
+    paths: Sequence[str],
+    *,
+    on_events: Callable[[list[TelemetryEvent]], None],
+    mode: str = "stream",
+    stream_mode: str = "sample",
+    interval_ns: int = 1_000_000_000,
+    heartbeat_ns: int = 0,
+    updates_only: bool = False,
+    suppress_redundant: bool = False,
+    encoding: str = "proto",
+    username: str | None = None,
+    password: str | None = None,
+    tls_ca: str | None = None,
+    server_name: str | None = None,
+    duration_s: float | None = None,
+) -> CollectorStats:
+    """Subscribe and hand every batch of events to ``on_events`` (used by ``gnmi subscribe``)."""
+    from fabricscope.telemetry.config import TLSConfig, parse_config
+
+    cfg = parse_config({
+        "targets": {"cli": {"address": address, "names": [target]}},
+        "subscriptions": {"cli": {
+            "paths": list(paths), "mode": mode, "stream-mode": stream_mode,
+            "sample-interval": interval_ns / 1e9, "heartbeat-interval": heartbeat_ns / 1e9,
+            "updates-only": updates_only, "suppress-redundant": suppress_redundant, "encoding": encoding,
+            "poll-interval": interval_ns / 1e9}},
+        "buffer": {"flush-interval": "50ms"},
+    }, source="gnmi subscribe")
+    t = cfg.targets[0]
+    tls = TLSConfig(ca_file=tls_ca, server_name=server_name) if tls_ca else None
+    cfg = CollectorConfig((TargetConfig(t.name, t.address, t.names, username, password, tls=tls),),
+                          cfg.subscriptions, flush_interval_ns=cfg.flush_interval_ns)
+
+    class _Cb:
+        def write(self, events: Sequence[TelemetryEvent], findings: Sequence[Finding]) -> None:
+            on_events(list(events))
+
+        def close(self) -> None:
+            pass
+
+    col = Collector(cfg, sinks=[_Cb()], detectors=DetectorSet([]))
+    stats = await col.run(duration_s=duration_s)
+    errs = [s.last_error for s in stats.targets.values() if s.errors and not s.updates]
+    if errs:
+        raise TransportError(f"gnmi subscribe {address} target {target!r}: {errs[0]}")
+    return stats

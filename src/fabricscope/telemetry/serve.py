@@ -67,3 +67,34 @@ async def serve_twin(
     finally:
         await target.stop()
     return target
+
+
+def parse_fault(text: str, *, t0_ns: int = 0, source: str = "--fault") -> Fault:
+    """``"KIND SUBJECT [start=5s] [end=6s] [param=value ...]"`` -> a Fault, times relative to ``t0_ns``.
+
+    >>> parse_fault("micro-burst leaf-000:eth3 start=2s end=2.01s depth_bytes=3e6").params
+    {'depth_bytes': 3000000.0}
+    """
+    from fabricscope.model.errors import ConfigError
+    from fabricscope.telemetry.config import parse_duration_ns
+
+    parts = text.split()
+    if len(parts) < 2:
+        raise ConfigError(f"{source}: {text!r}: expected 'KIND SUBJECT [start=..] [end=..] [k=v ...]'")
+    kind, subject = parts[0], parts[1]
+    start, end = t0_ns, None
+    params: dict[str, float] = {}
+    for kv in parts[2:]:
+        k, sep, v = kv.partition("=")
+        if not sep:
+            raise ConfigError(f"{source}: {text!r}: expected key=value, got {kv!r}")
+        if k == "start":
+            start = t0_ns + parse_duration_ns(v, f"{source}: start")
+        elif k == "end":
+            end = t0_ns + parse_duration_ns(v, f"{source}: end")
+        else:
+            try:
+                params[k] = float(v)
+            except ValueError:
+                raise ConfigError(f"{source}: {text!r}: {k}: expected a number, got {v!r}") from None
+    return Fault(kind, subject, start, end, params)  # type: ignore[arg-type]

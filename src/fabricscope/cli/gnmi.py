@@ -1,0 +1,259 @@
+"""``fabricscope gnmi``: serve the twin over gNMI, run the collector, or take a quick look at a target."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import typer
+
+_SERVE_HELP = """Serve a twin of a fabric over real gNMI: every switch is a target selected by prefix.target.
+
+The twin's counters follow a random-permutation background load; --fault injects faults
+("KIND SUBJECT [start=5s] [end=6s] [param=value ...]", times relative to start-up; kinds as in
+docs/telemetry.md). Binds 127.0.0.1 unless --address says otherwise. With --username, clients
+must send username/password metadata (password from --password-env, never on the command line).
+
+Examples:
+
+  fabricscope gnmi serve-twin --topo leaf-spine:leaves=4,hosts_per_leaf=4,spines=2
+
+  fabricscope gnmi serve-twin --topo rail-optimized:servers=16 --address 127.0.0.1:9339 \\
+      --fault "micro-burst leaf-000:eth3 start=10s end=10.005s depth_bytes=3e6" \\
+      --fault "link-flap leaf-001:eth5|spine-00:eth2 start=20s end=40s period_ns=2e9"
+
+  FABRICSCOPE_GNMI_PASSWORD=s3cret fabricscope gnmi serve-twin --inventory fabric.yaml \\
+      --username admin --password-env FABRICSCOPE_GNMI_PASSWORD --tls-cert cert.pem --tls-key key.pem
+"""
+
+_COLLECT_HELP = """Run the collector from a YAML config (gnmic-like: targets, subscriptions, processors, detectors, sinks).
+
+The config is validated completely before anything connects; an error names the file, the
+field and the value. Findings print as they are detected. See docs/telemetry.md for the format.
+
+Examples:
+
+  fabricscope gnmi collect --config collector.yaml
+
+  fabricscope gnmi collect --config collector.yaml --duration 60
+"""
+
+_GET_HELP = """One gNMI Get against ADDRESS for one target (a live switch or the twin).
+
+Examples:
+
+  fabricscope gnmi get 127.0.0.1:9339 --target leaf-000 /interfaces/interface[name=eth1]/state/counters
+
+  fabricscope gnmi get 127.0.0.1:9339 -t spine-00 "/components/component[name=*]/state/temperature/instant" --json
+"""
+
+_SUB_HELP = """Subscribe to PATHs on one target and print updates as they arrive (Ctrl-C or --duration to stop).
+
+Examples:
+
+  fabricscope gnmi subscribe 127.0.0.1:9339 -t leaf-000 /interfaces/interface[name=eth1]/state/counters --interval 1s
+
+  fabricscope gnmi subscribe 127.0.0.1:9339 -t leaf-000 /interfaces/interface[name=*]/state/oper-status \\
+      --stream-mode on-change --heartbeat 10s
+
+  fabricscope gnmi subscribe 127.0.0.1:9339 -t leaf-000 /qos --mode once
+"""
+
+
+def _h(text: str) -> str:
+    """Help text with gNMI keys ``[name=eth1]`` shown literally (rich would take them as markup)."""
+    return text.replace("[", "\\[")
+
+
+def _fabric(topo: str | None, inventory: Path | None):  # type: ignore[no-untyped-def]
+    from fabricscope.fabric.catalog import build_fabric, parse_params
+    from fabricscope.fabric.io import read_fabric
+    from fabricscope.model.errors import ConfigError
+
+    if inventory is not None:
+        return read_fabric(inventory)
+    spec = topo or "leaf-spine:leaves=4,hosts_per_leaf=4,spines=2"
+    kind, _, rest = spec.partition(":")
+    params = parse_params([p for p in rest.split(",") if p], source="--topo") if rest else {}
+    if not kind:
+        raise ConfigError(f"--topo: expected KIND[:KEY=VALUE,...], got {spec!r}")
+    return build_fabric(kind, params, source="--topo")
+
+
+def _password(env: str | None) -> str | None:
+    from fabricscope.model.errors import ConfigError
+
+    if env is None:
+        return None
+    pw = os.environ.get(env)
+    if pw is None:
+        raise ConfigError(f"--password-env: environment variable {env!r} is not set")
+    return pw
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``gnmi`` command group (serve-twin, collect, get, subscribe)."""
+    gnmi = typer.Typer(
+        help=_h("Streaming telemetry over gNMI: serve the twin, collect into DuckDB/Prometheus/JSON lines, "
+                "get/subscribe for a quick look.\n\nExamples:\n\n"
+                "  fabricscope gnmi serve-twin --topo leaf-spine:leaves=4,hosts_per_leaf=4,spines=2\n\n"
+                "  fabricscope gnmi get 127.0.0.1:9339 -t leaf-000 /interfaces/interface[name=eth1]/state/counters\n\n"
+                "  fabricscope gnmi collect --config collector.yaml"),
+        no_args_is_help=True,
+    )
+    app.add_typer(gnmi, name="gnmi")
+
+    @gnmi.command("serve-twin", help=_h(_SERVE_HELP))
+    def serve_twin_cmd(
+        topo: str | None = typer.Option(None, "--topo", help="KIND[:KEY=VALUE,...] builder (default a small leaf-spine)."),
+        inventory: Path | None = typer.Option(None, "--inventory", help="Inventory file (YAML/JSON) instead of --topo."),
+        address: str = typer.Option("127.0.0.1:9339", "--address", help="host:port to listen on (port 0: any)."),
+        utilization: float = typer.Option(0.3, "--utilization", help="Background load per NIC, 0..1."),
+        seed: int = typer.Option(0, "--seed", help="Seed for load and noise."),
+        fault: list[str] = typer.Option([], "--fault", help='"KIND SUBJECT [start=..] [end=..] [k=v ...]" (repeatable).'),
+        username: str | None = typer.Option(None, "--username", help="Require this user name in metadata."),
+        password_env: str | None = typer.Option(None, "--password-env", help="Environment variable holding the password."),
+        tls_cert: Path | None = typer.Option(None, "--tls-cert", help="PEM certificate (enables TLS)."),
+        tls_key: Path | None = typer.Option(None, "--tls-key", help="PEM private key for --tls-cert."),
+        encoding: str = typer.Option("request", "--encoding", help="request | typed | json_ietf (json_ietf: pygnmi-safe)."),
+        duration: float | None = typer.Option(None, "--duration", help="Stop after this many seconds."),
+    ) -> None:
+        import asyncio
+
+        from fabricscope.model.errors import ConfigError
+        from fabricscope.sim.clock import WallClock
+        from fabricscope.telemetry.serve import parse_fault, serve_twin, twin_for
+        from fabricscope.telemetry.target import Credentials, TLSFiles
+
+        fab = _fabric(topo, inventory)
+        clock = WallClock()
+        t0 = clock.now_ns()
+        faults = [parse_fault(f, t0_ns=t0) for f in fault]
+        creds = None
+        if username is not None:
+            pw = _password(password_env)
+            if pw is None:
+                raise ConfigError("--username: also give --password-env")
+            creds = Credentials(username, pw)
+        tls = None
+        if (tls_cert is None) != (tls_key is None):
+            raise ConfigError("--tls-cert/--tls-key: give both or neither")
+        if tls_cert is not None and tls_key is not None:
+            try:
+                tls = TLSFiles(tls_cert.read_bytes(), tls_key.read_bytes())
+            except OSError as exc:
+                raise ConfigError(f"--tls-cert/--tls-key: {exc.filename}: {exc.strerror}") from exc
+        twin = twin_for(fab, faults=faults, utilization=utilization, seed=seed, clock=clock)
+
+        def ready(t: object) -> None:
+            bound = getattr(t, "bound", address)
+            typer.echo(f"serving {len(twin.targets())} targets of {fab.name} over gNMI on {bound}"
+                       f" (tls={'on' if tls else 'off'}, auth={'on' if creds else 'off'}); Ctrl-C to stop",
+                       err=False)
+
+        asyncio.run(serve_twin(twin, address=address, credentials=creds, tls=tls, encoding=encoding,
+                               on_ready=ready, duration_s=duration))
+
+    @gnmi.command("collect", help=_h(_COLLECT_HELP))
+    def collect_cmd(
+        config: Path = typer.Option(..., "--config", "-c", help="Collector YAML config."),
+        duration: float | None = typer.Option(None, "--duration", help="Stop after this many seconds."),
+    ) -> None:
+        import asyncio
+
+        from rich.console import Console
+        from rich.table import Table
+
+        from fabricscope.telemetry.collector import Collector
+        from fabricscope.telemetry.config import load_config
+
+        cfg = load_config(config)
+        console = Console(highlight=False)
+
+        def show(findings: list) -> None:  # type: ignore[type-arg]
+            for f in findings:
+                console.print(f"[bold red]{f.kind}[/] {f.subject} score={f.score:.2f} {'; '.join(f.evidence)}")
+
+        col = Collector(cfg, on_findings=show)
+        console.print(f"collecting from {len(cfg.targets)} target connection(s) "
+                      f"({sum(len(t.names) for t in cfg.targets)} devices); Ctrl-C to stop")
+        try:
+            stats = asyncio.run(col.run(duration_s=duration))
+        except KeyboardInterrupt:
+            stats = col.stats
+        finally:
+            col.close()
+        tbl = Table("stream", "connects", "errors", "updates", "last error")
+        for st in stats.targets.values():
+            tbl.add_row(st.name, str(st.connects), str(st.errors), str(st.updates), st.last_error[:60])
+        console.print(tbl)
+        console.print(f"received {stats.received}, written {stats.written}, findings {stats.findings}")
+
+    @gnmi.command("get", help=_h(_GET_HELP))
+    def get_cmd(
+        address: str = typer.Argument(..., help="host:port of the gNMI target."),
+        paths: list[str] = typer.Argument(..., help="gNMI path(s), wildcards allowed."),
+        target: str = typer.Option(..., "--target", "-t", help="prefix.target: the device."),
+        username: str | None = typer.Option(None, "--username"),
+        password_env: str | None = typer.Option(None, "--password-env", help="Environment variable holding the password."),
+        tls_ca: str | None = typer.Option(None, "--tls-ca", help="CA PEM to verify the target (enables TLS)."),
+        server_name: str | None = typer.Option(None, "--server-name", help="TLS name to verify."),
+        encoding: str = typer.Option("proto", "--encoding", help="proto | json_ietf"),
+        as_json: bool = typer.Option(False, "--json", help="JSON lines instead of a table."),
+    ) -> None:
+        import asyncio
+        import json
+
+        from fabricscope.telemetry.collector import gnmi_get
+
+        events = asyncio.run(gnmi_get(address, target, paths, username=username, password=_password(password_env),
+                                      tls_ca=tls_ca, server_name=server_name, encoding=encoding))
+        if as_json:
+            for e in events:
+                typer.echo(json.dumps({"target": e.target, "name": e.name, "tags": dict(e.tags), "value": e.value,
+                                       "ts_ns": e.ts_ns}))
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        tbl = Table("path", "keys", "value")
+        for e in events:
+            tbl.add_row(e.name, ",".join(f"{k}={v}" for k, v in e.tags.items()), str(e.value))
+        Console().print(tbl)
+
+    @gnmi.command("subscribe", help=_h(_SUB_HELP))
+    def subscribe_cmd(
+        address: str = typer.Argument(..., help="host:port of the gNMI target."),
+        paths: list[str] = typer.Argument(..., help="gNMI path(s), wildcards allowed."),
+        target: str = typer.Option(..., "--target", "-t", help="prefix.target: the device."),
+        mode: str = typer.Option("stream", "--mode", help="stream | once | poll"),
+        stream_mode: str = typer.Option("sample", "--stream-mode", help="sample | on-change | target-defined"),
+        interval: str = typer.Option("1s", "--interval", help="Sample (or poll) interval."),
+        heartbeat: str = typer.Option("0s", "--heartbeat", help="Heartbeat interval for on-change / suppress-redundant."),
+        updates_only: bool = typer.Option(False, "--updates-only"),
+        suppress_redundant: bool = typer.Option(False, "--suppress-redundant"),
+        encoding: str = typer.Option("proto", "--encoding", help="proto | json_ietf"),
+        username: str | None = typer.Option(None, "--username"),
+        password_env: str | None = typer.Option(None, "--password-env"),
+        tls_ca: str | None = typer.Option(None, "--tls-ca"),
+        server_name: str | None = typer.Option(None, "--server-name"),
+        duration: float | None = typer.Option(None, "--duration", help="Stop after this many seconds."),
+    ) -> None:
+        import asyncio
+
+        from fabricscope.telemetry.collector import gnmi_subscribe
+        from fabricscope.telemetry.config import parse_duration_ns
+
+        def show(events: list) -> None:  # type: ignore[type-arg]
+            for e in events:
+                keys = ",".join(f"{k}={v}" for k, v in e.tags.items())
+                typer.echo(f"{e.ts_ns} {e.target} {e.name}[{keys}] = {e.value}")
+
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(gnmi_subscribe(
+                address, target, paths, on_events=show, mode=mode, stream_mode=stream_mode,
+                interval_ns=parse_duration_ns(interval, "--interval"),
+                heartbeat_ns=parse_duration_ns(heartbeat, "--heartbeat"), updates_only=updates_only,
+                suppress_redundant=suppress_redundant, encoding=encoding, username=username,
+                password=_password(password_env), tls_ca=tls_ca, server_name=server_name, duration_s=duration))
