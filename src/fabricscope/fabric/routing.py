@@ -151,17 +151,18 @@ class Routing:
             return hit
         out: tuple[int, ...] = ()
         if att:
-            d, row_of, _ = self._dist
-            cols = list(att)
-            cands: list[tuple[float, int]] = []
-            for e in ix.out_edges[node]:
-                v = int(ix.dst[e])
-                if self.usable[e] and ix.is_switch[v]:
-                    cands.append((float(d[row_of[v], cols].min()), e))
-            if cands:
-                best = min(dv for dv, _ in cands)
+            # One numpy pass over the node's out-edges (in port order, which the hash indexes).
+            d = self._dist[0]
+            ptr, oe, row = self._out_csr
+            es = oe[ptr[node] : ptr[node + 1]]
+            v = ix.dst[es]
+            m = self.usable[es] & ix.is_switch[v]
+            if m.any():
+                es, rows = es[m], row[v[m]]
+                dist = d[rows, att[0]] if len(att) == 1 else d[np.ix_(rows, np.asarray(att, dtype=np.int64))].min(axis=1)
+                best = dist.min()
                 if np.isfinite(best):
-                    out = tuple(e for dv, e in cands if dv == best)
+                    out = tuple(es[dist == best].tolist())
         self._nh_cache[key] = out
         return out
 
