@@ -153,3 +153,17 @@ def test_duckdb_store_round_trip(tmp_path: Path) -> None:
     row = st2.con.execute("SELECT sum(value_num), count(value_str), any_value(tags) FROM telemetry").fetchone()
     assert row is not None and row[0] == sum(i * 10 for i in range(1000)) and row[1] == 1
     assert json.loads(row[2]) == {"interface_name": "eth1"}
+
+
+def test_one_link_down_is_not_a_flap_but_two_transitions_are() -> None:
+    from fabricscope.telemetry.detectors import FlapDetector
+
+    oper = "/interfaces/interface/state/oper-status"
+    car = "/interfaces/interface/state/counters/carrier-transitions"
+    det = FlapDetector()
+    # one transition seen by both leaves of the same port: still one transition
+    got = det([ev(oper, 0, "UP"), ev(car, 0, 4), ev(oper, 1, "DOWN"), ev(car, 1, 5)])
+    assert got == []
+    got = det([ev(oper, 2, "UP"), ev(car, 2, 6)])
+    assert [(f.kind, f.subject) for f in got] == [("link-flap", "leaf-1:eth1")]
+    assert got[0].window == (1 * NS, 2 * NS)

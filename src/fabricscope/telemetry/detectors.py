@@ -230,9 +230,14 @@ class FlapDetector(_EpisodeDetector):
                 continue
             if n_new <= 0:
                 continue
-            ch = self._changes.setdefault(subject, [])
+            # oper-status and carrier-transitions see the same flaps: count each source
+            # apart and take the larger, never the sum
+            ch = self._changes.setdefault(f"{leaf}|{subject}", [])
             ch.extend([e.ts_ns] * n_new)
             ch[:] = [t for t in ch if e.ts_ns - t <= self.window_ns]
+            other = self._changes.get(f"{'carrier-transitions' if leaf == 'oper-status' else 'oper-status'}|{subject}", [])
+            if len(other) > len(ch):
+                ch = [t for t in other if e.ts_ns - t <= self.window_ns]
             if len(ch) >= self.min_transitions:
                 f = self._evidence(subject, e.ts_ns, len(ch),
                                    f"{len(ch)} oper-status transitions in {self.window_ns / 1e9:.0f} s",
