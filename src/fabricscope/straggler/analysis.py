@@ -56,6 +56,7 @@ class Options:
     min_candidates: int = 64      # prior spread over at least this many devices
     max_findings: int = 5
     min_iterations: int = 2       # a device fault must show in >= 2 consecutive iterations
+    rank_test_min_wins: int = 4   # the slowest-of-peers view needs >= 4 wins in its window
     correct_clocks: bool = True
 
 
@@ -203,6 +204,19 @@ def analyze(
     sigma_c = robust_scale(vals[vals != 0]) if vals.size else 0.0
     limit_c = np.maximum(opt.compute_k * sigma_c, opt.compute_rel * ref)
     slow_c = present & (ref > 0) & (excess > limit_c)
+    # Rank evidence, robust to noisy hosts: is r the slowest of its stage peers (by a margin)?
+    # Under "no fault" that happens with probability 1/peers per iteration.
+    peer_n = np.zeros(n_r)
+    top_c = np.zeros((n_r, n_i), dtype=bool)
+    for s in stages.tolist():
+        rows_s = np.flatnonzero(stage_of == s)
+        peer_n[rows_s] = rows_s.size
+        if rows_s.size < 2:
+            continue
+        sub = np.where(present[rows_s], comp[rows_s], -np.inf)
+        arg = np.argmax(sub, axis=0)
+        top_c[rows_s[arg], np.arange(n_i)] = True
+    top_c &= present & (ref > 0) & (excess > opt.compute_rel * ref)
 
     # 3. communication evidence per NIC / leaf candidate
     host_of = np.arange(n_r, dtype=np.int64)
@@ -285,7 +299,36 @@ def analyze(
             parts_f.append(lf)
         hits = np.concatenate(parts_h)
         fasts = np.concatenate(parts_f)
-        win = interval_llr(hits, fasts)
+        # False-alarm rates from the data: the share of slow observations of each type,
+        # floored at 1 % and capped at 30 % (noisy hosts raise it, so noise needs more
+        # agreement before it names a device).
+        n_net = int(network.sum())
+        pf_net = float(np.clip((inst.slow & network).sum() / max(n_net, 1), 0.01, 0.3))
+        n_obs = int((present & (ref > 0)).sum())
+        pf_gpu = float(np.clip(slow_c.sum() / max(n_obs, 1), 0.01, 0.3))
+        p_false = np.concatenate([np.full(n_r, pf_gpu), np.full(hits.shape[0] - n_r, pf_net)])
+        win = interval_llr(hits, fasts, p_false=p_false)
+        # The rank test, with its own false-alarm rate 1/peers; the better of the two views
+        # is kept (they are two readings of one hypothesis, not independent evidence).
+        th = (top_c & ~explained_gpu).astype(np.float64)
+        tf = (present & ~top_c).astype(np.float64)
+        ok = peer_n >= 3
+        if ok.any():
+            p0 = 1.0 / np.maximum(peer_n[ok], 1.0)
+            w2 = interval_llr(th[ok], tf[ok], p_false=p0)
+            idx_ok = np.flatnonzero(ok)
+            # Being the slowest of n peers by chance is common (1/n per iteration, times
+            # many ranks and windows): the rank view needs several wins to count.
+            csum = np.concatenate([np.zeros((idx_ok.size, 1)), np.cumsum(th[ok], axis=1)], axis=1)
+            wins = csum[np.arange(idx_ok.size), w2.end] - csum[np.arange(idx_ok.size), w2.start]
+            w2.llr[wins < opt.rank_test_min_wins] = 0.0
+            # ... and pays for the windows it searched (multiple testing).
+            w2.llr[:] = np.maximum(w2.llr - np.log(n_i * (n_i + 1) / 2), 0.0)
+            better = w2.llr > win.llr[idx_ok]
+            sel = idx_ok[better]
+            win.llr[sel] = w2.llr[better]
+            win.start[sel] = w2.start[better]
+            win.end[sel] = w2.end[better]
         share, indiv, _p_null = posteriors(win.llr, log_prior, log_prior_null=log_null)
         order = np.argsort(-(win.llr + log_prior))
         if round_no == 0:
@@ -309,10 +352,11 @@ def analyze(
         details: dict[str, float | int | str] = {}
         if kind == "slow-gpu":
             r = best
-            series[a:b] = np.where(slow_c[r, a:b], excess[r, a:b], 0.0)
-            explained_gpu[r, a:b] |= slow_c[r, a:b]
-            n_slow = int(slow_c[r, a:b].sum())
-            ratio = float(np.median(comp[r, a:b][slow_c[r, a:b]] / ref[r, a:b][slow_c[r, a:b]]))
+            flag = slow_c[r, a:b] | top_c[r, a:b]
+            series[a:b] = np.where(flag, excess[r, a:b], 0.0)
+            explained_gpu[r, a:b] |= flag
+            n_slow = int(flag.sum())
+            ratio = float(np.median(comp[r, a:b][flag] / ref[r, a:b][flag])) if n_slow else 1.0
             ops = sorted({table.op_names[o] for o in
                           np.unique(table.op[cm & (r_idx == r)]).tolist()})
             evidence.append(f"{_iter_span(its, a, b)}: compute slower than its stage peers in "
@@ -429,6 +473,11 @@ def _imbalance(
                      "explained_ns": round(float(series.sum()))}), series))
     # Sequence imbalance: micro-batch compute durations disperse on every rank.
     rows = np.flatnonzero(cm)
+    if rows.size:
+        # Only ops that repeat inside an iteration are micro-batches.
+        key3 = (r_idx[rows] * n_i + i_idx[rows]) * (len(table.op_names) + 1) + table.op[rows]
+        _, inv3, cnt3 = np.unique(key3, return_inverse=True, return_counts=True)
+        rows = rows[(cnt3[inv3] >= 2) | (table.mb[rows] >= 0)]
     if rows.size:
         dur = (table.end[rows] - table.start[rows]).astype(np.float64)
         key = r_idx[rows] * (len(table.op_names) + 1) + table.op[rows]

@@ -66,9 +66,9 @@ def match_instances(
 ) -> Instances:
     """Group communication rows into instances and judge each instance's transfer time.
 
-    An instance is slow when its transfer exceeds its class median by more than
-    ``max(k_sigma * sigma, rel * median, min_abs_ns)`` (sigma: the class's MAD scale), so
-    noise and microsecond jitter on tiny messages are not called slow.
+    An instance is slow when its transfer exceeds its class's lower quartile by more than
+    ``max(k_sigma * sigma, rel * q25, min_abs_ns)`` (sigma: MAD scale of the class's lower
+    half), so noise and microsecond jitter on tiny messages are not called slow.
     """
     comm = np.flatnonzero((table.kind == COLLECTIVE) | (table.kind == P2P))
     opk = _op_keys(table)[comm]
@@ -106,7 +106,20 @@ def match_instances(
     op0 = opk[order][first] if first.size else np.zeros(0, dtype=np.int64)
     g0 = gsize[table.group[rows[first]]] if first.size else np.zeros(0, dtype=np.int64)
     b0 = table.nbytes[rows[first]] if first.size else np.zeros(0, dtype=np.int64)
-    ckeys = np.stack([op0, g0, b0]) if first.size else np.zeros((3, 0), dtype=np.int64)
+    # A send/recv is compared with the same hop of the other data-parallel replicas (same
+    # stage pair): fused send/recv pairs stretch with the pipeline's shape (a heavier stage
+    # makes its neighbours' transfers wait), which is workload, not wire.
+    sig = np.zeros(first.size, dtype=np.int64)
+    if first.size:
+        rank_stage: dict[int, int] = {}
+        for r_, s_ in zip(table.rank.tolist(), table.stage.tolist(), strict=True):
+            if s_ >= 0:
+                rank_stage[r_] = s_
+        g_sig = np.array([hash(tuple(rank_stage.get(x, -1) for x in g)) & 0x7FFFFFFF
+                          for g in table.groups] or [0], dtype=np.int64)
+        is_pp = table.kind[rows[first]] == P2P
+        sig = np.where(is_pp, g_sig[table.group[rows[first]]], 0)
+    ckeys = np.stack([op0, g0, b0, sig]) if first.size else np.zeros((4, 0), dtype=np.int64)
     _, cls = np.unique(ckeys, axis=1, return_inverse=True) if first.size else (None, np.zeros(0, dtype=np.int64))
     cls = np.asarray(cls, dtype=np.int64).reshape(-1)
     excess = np.zeros(first.size, dtype=np.float64)
@@ -122,11 +135,14 @@ def match_instances(
             if idx.size == 0:
                 continue
             vals = tr[idx]
-            med = float(np.median(vals))
-            sigma = MAD_TO_SIGMA * float(np.median(np.abs(vals - med)))
-            limit = max(k_sigma * sigma, rel * med, float(min_abs_ns))
-            excess[idx] = vals - med
-            slow[idx] = vals - med > limit
+            # Baseline: the lower quartile, with the spread of the lower half. In a small job a
+            # slow NIC can touch half of a class's instances, which would drag a median.
+            q25, q50 = np.percentile(vals, [25, 50])
+            low = vals[vals <= q50]
+            sigma = MAD_TO_SIGMA * float(np.median(np.abs(low - np.median(low))))
+            limit = max(k_sigma * sigma, rel * float(q25), float(min_abs_ns))
+            excess[idx] = vals - q25
+            slow[idx] = vals - q25 > limit
     names_rev = [p2p_key(n) for n in table.op_names]
     uniq = list(dict.fromkeys(names_rev))
     cls_names: list[str] = [""] * ncls

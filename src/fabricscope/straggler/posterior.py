@@ -37,14 +37,18 @@ class Windowed:
     end: npt.NDArray[np.int64]
 
 
-def interval_llr(hits: F64, fasts: F64, *, p_hit: float = P_HIT, p_false: float = P_FALSE) -> Windowed:
+def interval_llr(
+    hits: F64, fasts: F64, *, p_hit: float = P_HIT, p_false: float | F64 = P_FALSE
+) -> Windowed:
     """LLR of "faulty during its best interval" vs "no fault" for every candidate (row).
 
     ``hits``/``fasts``: [candidates, iterations] counts of slow / fast observations involving
-    each candidate. Returns the maximum over intervals (Kadane via prefix sums) and where.
+    each candidate; ``p_false`` may be one rate per candidate. Returns the maximum over intervals (Kadane via prefix sums) and where.
     """
-    a = np.log(p_hit / p_false)
-    b = np.log((1.0 - p_false) / (1.0 - p_hit))
+    pf = np.asarray(p_false, dtype=np.float64)
+    pf = pf[:, None] if pf.ndim == 1 else pf
+    a = np.log(p_hit / pf)
+    b = np.log(np.maximum(1.0 - pf, 1e-12) / (1.0 - p_hit))
     score = hits * a - fasts * b
     n_c, n_i = score.shape
     cs = np.zeros((n_c, n_i + 1))

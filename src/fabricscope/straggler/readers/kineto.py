@@ -3,8 +3,9 @@
 NCCL flavour: collective kernels (``cat: kernel``) carry args ``Collective name``,
 ``In msg nelems``/``Out msg nelems``, ``dtype``, ``Group size``, ``Process Group Ranks``,
 ``Process Group Name`` (as in HolisticTraceAnalysis' sample). gloo flavour: CPU events named
-``gloo:<op>``; their group comes from ``record_param_comms`` args when present, else from
-``distributedInfo.pg_config`` / ``world_size``. Iterations are ``ProfilerStep#N`` windows.
+``gloo:<op>``; their group comes from ``record_param_comms`` args when present, else from an
+enclosing ``pg:<r0>,<r1>,...`` annotation (``record_function``; our gloo script writes it),
+else from ``distributedInfo.pg_config`` / ``world_size``. Iterations are ``ProfilerStep#N`` windows.
 Compute is the user annotations (``forward``, ``backward``, ...) or, without any, one
 ``gpu-compute`` op per iteration holding the summed busy time of non-communication kernels.
 
@@ -143,6 +144,7 @@ def parse_kineto(
     params: list[tuple[int, int, dict[str, Any]]] = []
     annotations: list[tuple[int, int, str]] = []
     busy: list[tuple[int, int]] = []
+    groups_ann: list[tuple[int, int, tuple[int, ...]]] = []
     for idx, ev in enumerate(events):
         try:
             if not isinstance(ev, dict) or ev.get("ph") != "X":
@@ -165,6 +167,8 @@ def parse_kineto(
                 gloo.append((t0, t1, _norm_op(name[5:])))
             elif name == "record_param_comms":
                 params.append((t0, t1, args))
+            elif low.startswith("pg:"):
+                groups_ann.append((t0, t1, _ranks("[" + name[3:] + "]")))
             elif cat == "user_annotation" and not low.startswith(_COMM_PREFIXES):
                 annotations.append((t0, t1, name))
             elif cat == "kernel":
@@ -222,6 +226,10 @@ def parse_kineto(
         params.sort(key=lambda p: p[0])
         for t0, t1, op in gloo:
             group, nbytes = default_group, 0
+            # A "pg:<ranks>" annotation around the call names its group (gloo events don't).
+            for a0, a1, members in groups_ann:
+                if a0 <= t0 <= a1:
+                    group = members
             # The record_param_comms that encloses (or immediately precedes) this gloo op.
             for p0, p1, pargs in params:
                 if p0 <= t0 <= max(p1, t0):
