@@ -61,6 +61,11 @@ def _measure(gpus: int, case: str) -> dict[str, object]:
     row["route_many_s"] = time.perf_counter() - t0
     row["flows"] = int(src.shape[0])
     row["hops"] = int(table.edges.shape[0])
+    if case == "ring":  # packet spraying: every equal-cost edge of every flow, with its share
+        t0 = time.perf_counter()
+        spray = r.spray_many(src, dst)
+        row["spray_many_s"] = time.perf_counter() - t0
+        row["spray_entries"] = int(spray.edges.shape[0])
     sample = min(2000, src.shape[0])
     ids = ix.node_ids
     t0 = time.perf_counter()
@@ -70,6 +75,10 @@ def _measure(gpus: int, case: str) -> dict[str, object]:
     row["path_per_flow_us"] = (time.perf_counter() - t0) / sample * 1e6
     row["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return row
+
+
+def _opt(v: object) -> str:
+    return f"{v:.2f}" if isinstance(v, float) else "-"
 
 
 def main() -> None:
@@ -84,7 +93,7 @@ def main() -> None:
     jobs = [(g, c) for g in sizes for c in ("ring", "permutation")] + [(1024, "all-to-all")]
     rows = []
     hdr = (f"{'GPUs':>6} {'case':<12} {'flows':>9} {'switches':>8} {'links':>7} {'build s':>8} "
-           f"{'tables s':>8} {'route s':>8} {'path us':>8} {'peak MiB':>9}")
+           f"{'tables s':>8} {'route s':>8} {'spray s':>8} {'path us':>8} {'peak MiB':>9}")
     print(hdr)
     for gpus, case in jobs:
         out = subprocess.run([sys.executable, __file__, "--one", str(gpus), case],
@@ -93,14 +102,16 @@ def main() -> None:
         rows.append(row)
         print(f"{gpus:>6} {case:<12} {row['flows']:>9,} {row['switches']:>8,} {row['links']:>7,} "
               f"{row['build_s'] + row['index_s']:>8.2f} {row['tables_s']:>8.2f} "
-              f"{row['route_many_s']:>8.2f} {row['path_per_flow_us']:>8.0f} {row['peak_rss_mib']:>9.0f}",
+              f"{row['route_many_s']:>8.2f} {_opt(row.get('spray_many_s')):>8} "
+              f"{row['path_per_flow_us']:>8.0f} {row['peak_rss_mib']:>9.0f}",
               flush=True)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "platform": platform.platform()},
         "notes": "build s includes Fabric.index; route s = Routing.route_many for all flows; "
-                 "path us = per-flow Routing.path on up to 2000 flows; peak = ru_maxrss of the run",
+                 "spray s = Routing.spray_many (ring only); path us = per-flow Routing.path (cold "
+                 "next-hop cache) on up to 2000 flows; peak = ru_maxrss of the run",
         "rows": rows,
     }, indent=2) + "\n")
     print(f"wrote {RESULTS}")

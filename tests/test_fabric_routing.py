@@ -127,6 +127,29 @@ def test_route_many_equals_path(kind: str, fn: str, per_switch: bool, seed: int,
         assert table.path(k) == expected
 
 
+@settings(max_examples=20, deadline=None)
+@given(kind=st.sampled_from(sorted(FABRICS)), data=st.data())
+def test_spray_many_equals_spray_weights(kind: str, data: st.DataObject) -> None:
+    f = FABRICS[kind]
+    failed = data.draw(st.sampled_from([(), (f.links[-1].id,), (f.links[0].id,)]))
+    r = Routing(f, failed_links=failed)
+    n = len(f.nics)
+    src = data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=30))
+    dst = data.draw(st.lists(st.integers(0, n - 1), min_size=len(src), max_size=len(src)))
+    s_nodes = [r.node(f.nics[i].id) for i in src]
+    t_nodes = [r.node(f.nics[i].id) for i in dst]
+    table = r.spray_many(s_nodes, t_nodes, strict=False, chunk=data.draw(st.integers(1, 40)))
+    for k in range(len(src)):
+        try:
+            expected = r.spray_weights_nodes(s_nodes[k], t_nodes[k])
+        except UnroutableError:
+            assert not table.ok[k] and table.weights_of(k) == {}
+            continue
+        got = table.weights_of(k)
+        assert table.ok[k] and got.keys() == expected.keys()
+        assert all(got[e] == pytest.approx(expected[e], rel=1e-12) for e in got)
+
+
 @settings(max_examples=50, deadline=None)
 @given(
     fn=st.sampled_from(HASH_FUNCTIONS),

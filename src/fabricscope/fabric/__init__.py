@@ -20,7 +20,7 @@ from fabricscope.fabric.inventory import (
     port_device,
 )
 from fabricscope.fabric.io import fabric_from_dict, fabric_to_dict, read_fabric, write_fabric
-from fabricscope.fabric.routing import PathTable, Routing
+from fabricscope.fabric.routing import PathTable, Routing, SprayTable
 from fabricscope.fabric.summary import summarize
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "PathTable",
     "Port",
     "Routing",
+    "SprayTable",
     "build_fabric",
     "directed_link_id",
     "dual_tor_fabric",

@@ -31,6 +31,21 @@ EPHEMERAL_PORT = 49152
 MAX_HOPS = 64
 
 
+class SprayTable(NamedTuple):
+    """Sprayed flows in CSR form: flow ``i`` puts ``weights[j]`` of its bytes on ``edges[j]``
+    for ``j`` in ``offsets[i]:offsets[i+1]``; ``ok[i]`` is False when it is unroutable."""
+
+    offsets: npt.NDArray[np.int64]
+    edges: npt.NDArray[np.int64]
+    weights: npt.NDArray[np.float64]
+    ok: npt.NDArray[np.bool_]
+
+    def weights_of(self, i: int) -> dict[int, float]:
+        """Flow ``i`` as ``{edge: fraction}`` (the form :meth:`Routing.spray_weights` returns)."""
+        lo, hi = self.offsets[i], self.offsets[i + 1]
+        return {int(e): float(w) for e, w in zip(self.edges[lo:hi], self.weights[lo:hi], strict=True)}
+
+
 class PathTable(NamedTuple):
     """Paths of many flows in CSR form: flow ``i`` takes ``edges[offsets[i]:offsets[i+1]]``.
 
@@ -495,6 +510,115 @@ class Routing:
         starts = np.zeros(g, dtype=np.int64)
         np.cumsum(lens[:-1], out=starts[1:])
         return starts, lens, e[sel]
+
+    def spray_many(
+        self,
+        src_nodes: npt.ArrayLike,
+        dst_nodes: npt.ArrayLike,
+        *,
+        strict: bool = True,
+        chunk: int = 1 << 16,
+    ) -> SprayTable:
+        """:meth:`spray_weights_nodes` of many flows at once (per-hop even split), as CSR.
+
+        Flow ``i`` puts fraction ``weights[j]`` of its bytes on edge ``edges[j]`` for ``j`` in
+        ``offsets[i]:offsets[i+1]``. The DAG is walked one hop per step for all flows of a
+        chunk together (fractions reaching the same node merge), with next-hop sets from
+        the same computation as :meth:`route_many`. ``chunk`` bounds memory (entries per step
+        are at most ``chunk`` x the widest ECMP fan-out).
+        """
+        s = np.ascontiguousarray(src_nodes, dtype=np.int64).reshape(-1)
+        t = np.ascontiguousarray(dst_nodes, dtype=np.int64).reshape(-1)
+        n = s.shape[0]
+        if t.shape[0] != n:
+            raise RoutingError(f"spray_many: {n} sources but {t.shape[0]} destinations")
+        if n and (min(s.min(), t.min()) < 0 or max(s.max(), t.max()) >= self._ix.n_nodes):
+            raise RoutingError(f"spray_many: node index out of range 0..{self._ix.n_nodes - 1}")
+        flows: list[npt.NDArray[np.int64]] = []
+        edges: list[npt.NDArray[np.int64]] = []
+        weights: list[npt.NDArray[np.float64]] = []
+        ok = np.ones(n, dtype=bool)
+        for lo in range(0, n, max(chunk, 1)):
+            f, e, w, good = self._spray_chunk(s[lo : lo + chunk], t[lo : lo + chunk])
+            flows.append(f + lo)
+            edges.append(e)
+            weights.append(w)
+            ok[lo : lo + chunk] = good
+        f_all = np.concatenate(flows) if flows else np.zeros(0, dtype=np.int64)
+        e_all = np.concatenate(edges) if edges else np.zeros(0, dtype=np.int64)
+        w_all = np.concatenate(weights) if weights else np.zeros(0)
+        keep = ok[f_all]
+        f_all, e_all, w_all = f_all[keep], e_all[keep], w_all[keep]
+        order = np.argsort(f_all, kind="stable")
+        counts = np.bincount(f_all, minlength=n)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        if strict and not ok.all():
+            bad = int(np.flatnonzero(~ok)[0])
+            raise UnroutableError(self._unroutable_msg(int(s[bad]), int(t[bad]))
+                                  + f" (flow {bad} of {n}; {int((~ok).sum())} unroutable)")
+        return SprayTable(offsets, e_all[order], w_all[order], ok)
+
+    def _spray_chunk(
+        self, s: npt.NDArray[np.int64], t: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+        ix = self._ix
+        n = s.shape[0]
+        ok = np.ones(n, dtype=bool)
+        if n == 0:
+            z = np.zeros(0, dtype=np.int64)
+            return z, z, np.zeros(0), ok
+        cls, classes, class_leaves = self._dst_classes(t)
+        n_cls = max(len(classes), 1)
+        class_cols = np.full(class_leaves.shape, -1, dtype=np.int64)
+        for ci, att in enumerate(classes):
+            class_cols[ci, : len(att)] = att
+        fl = np.flatnonzero(s != t)
+        node = s[fl]
+        frac = np.ones(fl.shape[0])
+        out_f: list[npt.NDArray[np.int64]] = []
+        out_e: list[npt.NDArray[np.int64]] = []
+        out_w: list[npt.NDArray[np.float64]] = []
+        for _ in range(MAX_HOPS):
+            if fl.shape[0] == 0:
+                break
+            tt, k = t[fl], cls[fl]
+            deliver = (class_leaves[k] == node[:, None]).any(axis=1)
+            code = node * (n_cls + ix.n_nodes) + np.where(deliver, n_cls + tt, k)
+            _, first, ginv = np.unique(code, return_index=True, return_inverse=True)
+            ginv = ginv.reshape(-1)
+            starts, lens, flat = self._next_hops_many(
+                node[first], tt[first], k[first], deliver[first], class_cols
+            )
+            ln = lens[ginv]
+            dead = ln == 0
+            if dead.any():
+                ok[fl[dead]] = False
+            live = ~dead
+            fl, ln, gl, frac = fl[live], ln[live], ginv[live], frac[live]
+            rep = np.repeat(np.arange(fl.shape[0]), ln)
+            first_of = np.zeros(fl.shape[0], dtype=np.int64)
+            np.cumsum(ln[:-1], out=first_of[1:])
+            e = flat[starts[gl][rep] + np.arange(rep.shape[0]) - first_of[rep]]
+            w = (frac / ln)[rep]
+            ef = fl[rep]
+            out_f.append(ef)
+            out_e.append(e)
+            out_w.append(w)
+            # Fractions that reach the same node of the same flow merge before the next hop.
+            v = ix.dst[e]
+            moving = v != t[ef]
+            key = ef[moving] * ix.n_nodes + v[moving]
+            uk, inv = np.unique(key, return_inverse=True)
+            frac = np.asarray(
+                np.bincount(inv.reshape(-1), weights=w[moving], minlength=uk.shape[0]), dtype=np.float64
+            )
+            fl, node = uk // ix.n_nodes, uk % ix.n_nodes
+        if fl.shape[0]:
+            ok[fl] = False
+        return (np.concatenate(out_f) if out_f else np.zeros(0, dtype=np.int64),
+                np.concatenate(out_e) if out_e else np.zeros(0, dtype=np.int64),
+                np.concatenate(out_w) if out_w else np.zeros(0), ok)
 
     def _route_each(
         self, s: npt.NDArray[np.int64], t: npt.NDArray[np.int64], src_ports: npt.ArrayLike | None,
