@@ -46,6 +46,7 @@ OP_NAMES = ("forward-compute", "backward-compute", "forward-send", "forward-recv
 (FWD, BWD, FSEND, FRECV, BSEND, BRECV, TPAR, DPAR, OPTIM) = range(9)
 KIND_OF_OP = (0, 0, 2, 2, 2, 2, 1, 1, 0)  # compute / collective / p2p (straggler.table codes)
 NVLINK_BPS = 2.4e12  # intra-server bandwidth for TP and same-host pipeline hops
+TRACE_T0_NS = 1_000_000_000  # the trace clock's first iteration start
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,15 @@ class TwinJob:
 
     def rank(self, d: int, t: int, p: int) -> int:
         return t + self.tp * (d + self.dp * p)
+
+
+def nominal_iteration_ns(job: TwinJob) -> int:
+    """Rough fault-free iteration time (GPipe: (m + pp - 1) slots of forward + backward).
+
+    Used to place fault windows at iteration boundaries: ``TRACE_T0_NS + k * nominal``.
+    """
+    slots = job.microbatches + job.pp - 1
+    return int(slots * (job.fwd_ns + job.bwd_ns) + job.optimizer_ns)
 
 
 class CommModel(Protocol):
@@ -113,7 +123,8 @@ class AlphaBetaComm:
                 ln = fabric.link_of_port.get(p)
                 if ln is not None:
                     cap[n.id] += ln.capacity_gbps * 1e9
-        self.nic_bps = np.array([cap[placement.nic(r)] for r in range(placement.n_ranks)])
+        self.nic_bps: F64 = np.array([cap[placement.nic(r)] for r in range(placement.n_ranks)],
+                                     dtype=np.float64)
         self.host = np.array([hash(placement.host(r)) for r in range(placement.n_ranks)])
         self._nic_names = [placement.nic(r) for r in range(placement.n_ranks)]
 
@@ -121,7 +132,8 @@ class AlphaBetaComm:
         fac = _nic_factor(self.fabric, self.placement, faults)
         if not fac:
             return self.nic_bps
-        return self.nic_bps * np.array([fac.get(n, 1.0) for n in self._nic_names])
+        scale = np.array([fac.get(n, 1.0) for n in self._nic_names], dtype=np.float64)
+        return np.asarray(self.nic_bps * scale, dtype=np.float64)
 
     def p2p_ns(self, src: I64, dst: I64, nbytes: float, faults: tuple[Fault, ...]) -> F64:
         bw = self._bw(faults)
@@ -418,8 +430,7 @@ def generate_trace(
 
 
     free = np.zeros(world)  # when each rank is next idle (ns)
-    t_origin = 1_000_000_000
-    free[:] = t_origin
+    free[:] = TRACE_T0_NS
     for it in range(job.iterations):
         t_it = int(free.min())
         active = sched.active(t_it)

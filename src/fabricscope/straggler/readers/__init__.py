@@ -121,7 +121,10 @@ def read_paths(paths: Iterable[str | Path]) -> ReadResult:
                 meta.setdefault(k, v)
     if not tables:
         raise TraceFormatError("no readable trace files: " + "; ".join(unused))
-    table = concat(tables, job=tables[0].job if len(tables) == 1 else None)
+    job = tables[0].job if len(tables) == 1 else (files[0].parent.name or tables[0].job)
+    if job in ("kineto", "traces", "."):
+        job = files[0].parent.parent.name or job
+    table = concat(tables, job=job)
     present = set(table.ranks.tolist())
     expected: set[int] = set(range(world)) if world else set()
     for g in table.groups:

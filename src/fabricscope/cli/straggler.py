@@ -1,0 +1,147 @@
+"""``fabricscope straggler``: localize the slow GPU / NIC / switch behind irregular iterations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+_ANALYZE_HELP = """Find what slows a training job, from per-rank operator traces.
+
+PATH: trace files or folders of any supported format, mixed freely: PyTorch profiler (Kineto)
+JSON/.json.gz, one file per rank (NCCL or gloo); the ByteDance per-op Parquet table
+(trace-*.parquet); the compact fabricscope format (.jsonl[.gz] / .parquet, docs/straggler.md).
+
+Prints a ranked table: device culprits (slow-gpu, slow-nic, slow-switch) with a posterior
+probability and the evidence, then workload imbalance (a heavier pipeline stage, sequence
+lengths) which is never reported as a faulty device; and the estimated slowdown
+(actual / ideal iteration time).
+
+Examples:
+
+  fabricscope straggler analyze traces/                      (a folder of rank*.json.gz)
+
+  fabricscope straggler analyze trace-AR.parquet --json
+
+  fabricscope straggler analyze run/ --inventory cluster.yaml --plot culprit.png
+
+  fabricscope straggler analyze run/kineto --inventory run/inventory.json --placement run/truth.json
+"""
+
+_TWIN_HELP = """Generate twin traces of a DP x TP x PP job with an injected fault, with the truth.
+
+Writes OUTDIR/kineto/rank<N>.json.gz, OUTDIR/trace.jsonl, OUTDIR/truth.json and
+OUTDIR/inventory.json (a rail-optimized cluster); then try `straggler analyze` on it.
+
+Examples:
+
+  fabricscope straggler twin /tmp/run --fault slow-nic
+
+  fabricscope straggler twin /tmp/run --fault slow-gpu --dp 4 --pp 4 --seed 7
+
+  fabricscope straggler twin /tmp/run --fault stage-imbalance --comm alpha-beta
+"""
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``straggler`` command group (``analyze``, ``twin``)."""
+    grp = typer.Typer(
+        help="Localize training stragglers (slow GPU, NIC, link) from per-rank traces.\n\n"
+        "Examples:\n\n  fabricscope straggler analyze traces/\n\n"
+        "  fabricscope straggler twin /tmp/run --fault slow-nic",
+        no_args_is_help=True,
+    )
+    app.add_typer(grp, name="straggler")
+
+    @grp.command("analyze", help=_ANALYZE_HELP)
+    def analyze_cmd(
+        paths: list[Path] = typer.Argument(..., help="trace files or folders"),
+        inventory: Path | None = typer.Option(None, "--inventory", "-i",
+                                              help="fabric inventory (.yaml/.json): name GPUs, NICs, links"),
+        placement: Path | None = typer.Option(None, "--placement",
+                                              help='rank placement JSON {"ranks": [[host, gpu], ...]}'),
+        plot: Path | None = typer.Option(None, "--plot", help="write a timeline plot (.png/.svg)"),
+        as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+        top: int = typer.Option(5, "--top", help="rows of candidates to show"),
+    ) -> None:
+        from rich.console import Console
+
+        from fabricscope.straggler.pipeline import analyze_paths
+
+        console = Console(stderr=as_json)
+        with console.status("reading traces and localizing ..."):
+            res, report = analyze_paths(paths, inventory=inventory, placement=placement)
+        if plot is not None:
+            from fabricscope.straggler.plot import plot_report
+
+            plot_report(report, plot)
+        if as_json:
+            doc = report.to_json()
+            doc["unused_inputs"] = res.unused
+            typer.echo(json.dumps(doc, indent=1))
+            return
+        _print_report(console, report, top=top, n_rows=len(res.table))
+        if plot is not None:
+            console.print(f"plot: {plot}")
+
+    @grp.command("twin", help=_TWIN_HELP)
+    def twin_cmd(
+        outdir: Path = typer.Argument(..., help="output folder"),
+        fault: str = typer.Option("slow-nic", "--fault",
+                                  help="none | slow-gpu | slow-nic | link-degraded | congestion | "
+                                       "stage-imbalance | sequence-imbalance"),
+        dp: int = typer.Option(4, "--dp"),
+        tp: int = typer.Option(2, "--tp"),
+        pp: int = typer.Option(2, "--pp"),
+        iterations: int = typer.Option(12, "--iterations"),
+        comm: str = typer.Option("engine", "--comm", help="engine (flow engine) | alpha-beta"),
+        seed: int = typer.Option(0, "--seed"),
+    ) -> None:
+        from fabricscope.service.demo_straggler import write_twin_scenario
+
+        info = write_twin_scenario(outdir, fault=fault, dp=dp, tp=tp, pp=pp,
+                                   iterations=iterations, comm=comm, seed=seed)
+        typer.echo(f"wrote {outdir}: {info['ranks']} ranks, injected {info['injected']}")
+        typer.echo(f"try: fabricscope straggler analyze {outdir}/kineto "
+                   f"--inventory {outdir}/inventory.json")
+
+
+def _print_report(console: object, report: object, *, top: int, n_rows: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from fabricscope.straggler.analysis import Report
+
+    assert isinstance(console, Console) and isinstance(report, Report)
+    its = report.iterations
+    console.print(f"[bold]{report.job}[/]: {n_rows:,} operators, {len(its.iterations)} iterations; "
+                  f"mean iteration {report.actual_ns / 1e6:.1f} ms, estimated ideal "
+                  f"{report.ideal_ns / 1e6:.1f} ms -> slowdown [bold]{report.slowdown:.2f}x[/]")
+    if its.irregular:
+        console.print(f"irregular iterations: {', '.join(map(str, its.irregular[:12]))}"
+                      + (" ..." if len(its.irregular) > 12 else ""))
+    if its.change_points:
+        console.print(f"change points at iterations: {', '.join(map(str, its.change_points))}")
+    table = Table(title="findings (ranked)", show_lines=True)
+    for col in ("#", "kind", "subject", "probability", "evidence", "action"):
+        table.add_column(col, overflow="fold")
+    for k, f in enumerate(report.findings, 1):
+        color = "yellow" if f.kind == "imbalance" else "red"
+        table.add_row(str(k), f"[{color}]{f.kind}[/]", f.subject, f"{f.score:.3f}",
+                      "\n".join(f.evidence), f.action)
+    if report.findings:
+        console.print(table)
+    else:
+        console.print("[green]no culprit: no device or imbalance explains the timings[/]")
+    if report.candidates:
+        cand = Table(title="top candidates (MAP ranking)")
+        for col in ("subject", "kind", "LLR", "posterior"):
+            cand.add_column(col)
+        for c in report.candidates[:top]:
+            cand.add_row(str(c["subject"]), str(c["kind"]), str(c["llr"]), str(c["posterior"]))
+        console.print(cand)
+    for w in report.warnings[:20]:
+        console.print(f"[yellow]warning:[/] {w}")
+    if len(report.warnings) > 20:
+        console.print(f"[yellow]... {len(report.warnings) - 20} more warnings (--json shows all)[/]")

@@ -1,0 +1,50 @@
+"""Timeline plot of a report: iteration times, the ideal, and what each culprit explains."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from fabricscope.straggler.analysis import Report
+
+
+def plot_report(report: Report, path: str | Path, *, title: str | None = None) -> Path:
+    """Write a PNG/SVG: per-iteration duration, stacked with the time each finding explains."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    its = np.array(report.iterations.iterations)
+    dur = np.array(report.iterations.duration_ns, dtype=float) / 1e6
+    x = np.arange(its.size)
+    fig, ax = plt.subplots(figsize=(10, 4))
+    bottom = np.zeros(its.size)
+    total_explained = np.zeros(its.size)
+    for series in report.explained_ns.values():
+        total_explained += np.array(series) / 1e6
+    base = np.maximum(dur - total_explained, 0)
+    ax.bar(x, base, color="#9ab", label="not explained")
+    bottom = base.copy()
+    colors = ["#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+    for k, (name, series) in enumerate(report.explained_ns.items()):
+        s = np.array(series) / 1e6
+        ax.bar(x, s, bottom=bottom, color=colors[k % len(colors)], label=f"explained by {name}")
+        bottom += s
+    ax.axhline(report.ideal_ns / 1e6, color="k", ls="--", lw=1,
+               label=f"estimated ideal ({report.slowdown:.2f}x slowdown)")
+    for cp in report.iterations.change_points:
+        pos = int(np.searchsorted(its, cp))
+        ax.axvline(pos - 0.5, color="#555", ls=":", lw=1)
+    ax.set_xticks(x[:: max(1, its.size // 20)])
+    ax.set_xticklabels([str(i) for i in its[:: max(1, its.size // 20)]])
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("iteration time (ms)")
+    ax.set_title(title or f"{report.job}: where the iteration time goes")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
