@@ -128,8 +128,11 @@ class FlowStats:
     proc_ns: F64  # median responder processing time
 
 
-def flow_stats(obs: Observations) -> FlowStats:
-    """Loss counts and median RTT / processing time per (pair, 5-tuple)."""
+def flow_stats(obs: Observations, *, medians: bool = True) -> FlowStats:
+    """Loss counts and median RTT / processing time per (pair, 5-tuple).
+
+    ``medians=False`` skips the (sorting) medians when only loss counts are needed.
+    """
     n = len(obs.flows)
     ok = obs.t_recv_ns != LOST
     sent = np.bincount(obs.flow, minlength=n).astype(np.int64)
@@ -137,6 +140,9 @@ def flow_stats(obs: Observations) -> FlowStats:
     status = obs.lost_status()
     lreq = np.bincount(obs.flow[status == REQUEST_LOST], minlength=n).astype(np.int64)
     lunk = np.bincount(obs.flow[status == LOST_UNKNOWN], minlength=n).astype(np.int64)
+    if not medians:
+        nan = np.full(n, np.nan)
+        return FlowStats(sent, lost, lreq, lunk, nan, nan)
     proc = (obs.t_resp_tx_ns[ok] - obs.t_resp_rx_ns[ok]).astype(np.float64)
     rtt = (obs.t_recv_ns[ok] - obs.t_send_ns[ok]).astype(np.float64) - proc
     return FlowStats(sent, lost, lreq, lunk, _group_median(obs.flow[ok], rtt, n),
@@ -160,7 +166,7 @@ class Baseline:
 
     def learn(self, obs: Observations, *, hops: F64 | None = None, alpha: float = 0.3,
               track_rtt: bool = True) -> None:
-        st = flow_stats(obs)
+        st = flow_stats(obs, medians=track_rtt)
         a = 1.0 if self.windows == 0 else alpha
         good = st.sent > 0
         if good.any():
@@ -176,7 +182,9 @@ class Baseline:
             keep = lost <= mu + 5.0 * np.sqrt(mu) + 3.0
             robust = float(lost[keep].sum() / max(1.0, float(sent[keep].sum())))
             self.loss_per_hop = max(1e-7, (1 - a) * self.loss_per_hop + a * robust)
-        med = float(np.nanmedian(st.proc_ns)) if np.isfinite(st.proc_ns).any() else self.proc_ns
+        ok = obs.t_recv_ns != LOST
+        proc = (obs.t_resp_tx_ns[ok] - obs.t_resp_rx_ns[ok]).astype(np.float64)
+        med = float(np.median(proc)) if proc.size else self.proc_ns
         self.proc_ns = (1 - a) * self.proc_ns + a * med
         if track_rtt:
             for j in np.flatnonzero(np.isfinite(st.rtt_ns)):
@@ -222,21 +230,29 @@ def host_findings(
     ok = obs.t_recv_ns != LOST
     if not ok.any():
         return []
-    host_of_flow = _host_of_flows(fabric, obs.flows)
-    hosts, hidx = np.unique(host_of_flow[obs.flow[ok]], return_inverse=True)
+    host = _host_of_flows(fabric, obs.flows)[obs.flow[ok]]
     proc = (obs.t_resp_tx_ns[ok] - obs.t_resp_rx_ns[ok]).astype(np.float64)
-    med = _group_median(hidx.astype(np.int64), proc, hosts.shape[0])
-    cnt = np.bincount(hidx, minlength=hosts.shape[0])
+    known = host >= 0
+    host, proc = host[known], proc[known]
+    n_hosts = len(fabric.hosts)
     thr = max(factor * baseline.proc_ns, baseline.proc_ns + min_extra_ns)
-    above = np.bincount(hidx, weights=(proc > thr).astype(np.float64), minlength=hosts.shape[0])
+    cnt = np.bincount(host, minlength=n_hosts)
+    above = np.bincount(host, weights=(proc > thr).astype(np.float64), minlength=n_hosts)
+    # The median exceeds thr exactly when more than half of the answers do: no sort needed.
+    cand = np.flatnonzero((above * 2 > cnt) & (cnt >= min_samples))
+    med = np.full(n_hosts, np.nan)
+    for i in cand:
+        med[i] = float(np.median(proc[host == i]))
+    hosts = np.arange(n_hosts)
     t0, t1 = int(obs.t_send_ns.min()), int(obs.t_send_ns.max())
     out: list[Finding] = []
-    for i in np.flatnonzero((med > thr) & (cnt >= min_samples) & (hosts >= 0)):
+    n_seen = int(np.count_nonzero(cnt))
+    for i in cand:
         # Sign test: on a healthy responder fewer than ``q0`` of answers exceed the threshold
         # (it is many times the typical time), so k of n above it has binomial tail
         # P(X >= k); Bonferroni over the hosts seen.
         p_value = float(binom.sf(int(above[i]) - 1, int(cnt[i]), q0))
-        score = max(0.0, 1.0 - hosts.shape[0] * p_value)
+        score = max(0.0, 1.0 - n_seen * p_value)
         out.append(Finding(
             kind="cpu-starved",
             subject=fabric.hosts[int(hosts[i])].id,
@@ -280,7 +296,7 @@ def analyze(
         return []
     window = (int(obs.t_send_ns.min()), int(obs.t_send_ns.max()))
     hosts = host_findings(fabric, obs, baseline)
-    st = flow_stats(obs)
+    st = flow_stats(obs, medians=False)
     sent, lost, lreq, lunk = st.sent, st.lost, st.lost_req, st.lost_unknown
     if hosts:
         pos = {h.id: i for i, h in enumerate(fabric.hosts)}

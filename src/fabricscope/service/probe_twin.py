@@ -124,6 +124,16 @@ class Timeline:
     tracker: FindingTracker = field(default_factory=FindingTracker)
 
 
+def learn_baseline(mesh: TwinMesh, *, seed: int, warmup_s: float = 10.0,
+                   background_loss: float = 1e-5) -> Baseline:
+    """Learn what normal looks like from a fault-free warm-up of the twin."""
+    baseline = Baseline()
+    clean = mesh.transport_for(FaultSchedule(), seed + 1, background_loss=background_loss)
+    warm = mesh.probe(clean, start_ns=0, duration_ns=int(warmup_s * 1e9), seed=seed + 2)
+    baseline.learn(warm, hops=mesh.hops, track_rtt=False)
+    return baseline
+
+
 def run_scenario(
     mesh: TwinMesh,
     faults: FaultSchedule,
@@ -131,27 +141,35 @@ def run_scenario(
     seed: int,
     duration_s: float = 30.0,
     step_s: float = 5.0,
-    warmup_s: float = 10.0,
-    method: str = "map",
+    methods: Sequence[str] = ("map",),
     background_loss: float = 1e-5,
     baseline: Baseline | None = None,
-) -> tuple[Timeline, Observations, Baseline]:
-    """Probe the twin: learn the baseline on a fault-free warm-up, then probe ``duration_s``
-    with ``faults`` (their times are relative to the start of that period), analysing the
-    growing window every ``step_s`` seconds."""
+    all_steps: bool = True,
+) -> tuple[dict[str, Timeline], Observations, Baseline]:
+    """Probe the twin for ``duration_s`` with ``faults`` (times relative to the start),
+    analysing the growing window every ``step_s`` seconds with each method (methods after
+    the first only at the end unless ``all_steps``).
+
+    Without a ``baseline`` one is first learned on a fault-free warm-up.
+    """
     s = int(1e9)
     if baseline is None:
-        baseline = Baseline()
-        clean = mesh.transport_for(FaultSchedule(), seed + 1, background_loss=background_loss)
-        warm = mesh.probe(clean, start_ns=0, duration_ns=int(warmup_s * s), seed=seed + 2)
-        baseline.learn(warm, hops=mesh.hops, track_rtt=False)
+        baseline = learn_baseline(mesh, seed=seed, background_loss=background_loss)
     tr = mesh.transport_for(faults, seed, background_loss=background_loss)
     obs = mesh.probe(tr, start_ns=0, duration_ns=int(duration_s * s), seed=seed + 3)
-    tl = Timeline()
+    out = {m: Timeline() for m in methods}
     t = step_s
     while t <= duration_s + 1e-9:
-        w = obs.window(0, int(t * s))
-        f = analyze(mesh.fabric, mesh.model, w, baseline, method=method)
-        tl.steps.append((int(t * s), f, tl.tracker.update(f, int(t * s))))
+        # Send times are sorted, so the growing window is a prefix: slices, not copies.
+        k = int(np.searchsorted(obs.t_send_ns, int(t * s)))
+        w = Observations(obs.flows, obs.flow[:k], obs.t_send_ns[:k], obs.t_resp_rx_ns[:k],
+                         obs.t_resp_tx_ns[:k], obs.t_recv_ns[:k],
+                         None if obs.status is None else obs.status[:k])
+        last = t + step_s > duration_s + 1e-9
+        for i, m in enumerate(methods):
+            if i > 0 and not last and not all_steps:
+                continue
+            f = analyze(mesh.fabric, mesh.model, w, baseline, method=m)
+            out[m].steps.append((int(t * s), f, out[m].tracker.update(f, int(t * s))))
         t += step_s
-    return tl, obs, baseline
+    return out, obs, baseline

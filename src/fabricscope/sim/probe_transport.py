@@ -21,7 +21,7 @@ clock for :meth:`ProbeTransport.send_one`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import overload
 
@@ -163,6 +163,7 @@ class ProbeTransport:
         self.flows = FlowTable(fabric)
         self._flow_of: dict[tuple[int, int, int, int], int] = {}
         self._tables: list[tuple[PathTable, PathTable]] = []
+        self._flow_cache: dict[object, tuple[I64, I64]] = {}
         self._arrays: tuple[I64, I64, I64, I64, I64, I64] | None = None
         self._effects = [self._effect(f) for f in self.faults.faults]
 
@@ -291,6 +292,17 @@ class ProbeTransport:
             self._arrays = (fwd, rev, lf, lr, self.flows.src_node, self.flows.dst_node)
         return self._arrays
 
+    def _per_flow(self, key: object, hits: Callable[[], tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]],
+                  ) -> tuple[I64, I64]:
+        """Per registered flow, how often its request / reply path crosses something
+        (cached: per-probe work is then one gather instead of a path scan)."""
+        hit = self._flow_cache.get(key)
+        if hit is None or hit[0].shape[0] != self.flows.size:
+            fwd_hit, rev_hit = hits()
+            hit = (fwd_hit.sum(1).astype(np.int64), rev_hit.sum(1).astype(np.int64))
+            self._flow_cache[key] = hit
+        return hit
+
     def path_edges(self, flow: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(request edges, reply edges) of a registered flow (for tests and plots)."""
         f, r = self.path_tables()
@@ -303,14 +315,14 @@ class ProbeTransport:
         t_send = np.asarray(t_send_ns, dtype=np.int64)
         n = flow.shape[0]
         fwd_all, rev_all, lat_f, lat_r, _src_n, dst_n = self._padded()
-        fwd, rev = fwd_all[flow], rev_all[flow]
-        unroutable = (fwd[:, 0] < 0) | (rev[:, 0] < 0)
-        p_fwd = np.full(n, 1.0 - self.background_loss) ** (fwd >= 0).sum(1)
-        p_rev = np.full(n, 1.0 - self.background_loss) ** (rev >= 0).sum(1)
+        unroutable = ((fwd_all[:, 0] < 0) | (rev_all[:, 0] < 0))[flow]
+        hf, hr = self._per_flow("hops", lambda: (fwd_all >= 0, rev_all >= 0))
+        p_fwd = (1.0 - self.background_loss) ** hf[flow]
+        p_rev = (1.0 - self.background_loss) ** hr[flow]
         d_fwd = lat_f[flow].astype(np.float64) + self.rng.exponential(self.jitter_ns, n)
         d_rev = lat_r[flow].astype(np.float64) + self.rng.exponential(self.jitter_ns, n)
         proc = np.asarray(self.rng.exponential(self.responder_ns / 4.0, n), dtype=np.float64) + self.responder_ns
-        for eff in self._effects:
+        for k, eff in enumerate(self._effects):
             f = eff.fault
             active = (t_send >= f.start_ns) & (t_send < (f.end_ns if f.end_ns is not None else 2**62))
             if not active.any():
@@ -322,8 +334,14 @@ class ProbeTransport:
                 continue
             if not eff.edges.any():
                 continue
-            cf = np.where(fwd >= 0, eff.edges[np.maximum(fwd, 0)], False).sum(1) * active
-            cr = np.where(rev >= 0, eff.edges[np.maximum(rev, 0)], False).sum(1) * active
+            m = eff.edges
+            def crossings(m: npt.NDArray[np.bool_] = m) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+                return (np.where(fwd_all >= 0, m[np.maximum(fwd_all, 0)], False),
+                        np.where(rev_all >= 0, m[np.maximum(rev_all, 0)], False))
+
+            cf_flow, cr_flow = self._per_flow(k, crossings)
+            cf = cf_flow[flow] * active
+            cr = cr_flow[flow] * active
             if eff.loss > 0:
                 p_fwd = p_fwd * (1.0 - eff.loss) ** cf
                 p_rev = p_rev * (1.0 - eff.loss) ** cr
