@@ -115,17 +115,24 @@ def ring_time_from_rates(
 
 
 def path_latency_s(
-    fabric: Fabric, workload: Workload, *, mtu_bytes: int = 4096, hash_config: HashConfig | None = None
+    fabric: Fabric,
+    workload: Workload,
+    *,
+    mtu_bytes: int = 4096,
+    hash_config: HashConfig | None = None,
+    routing: Routing | None = None,
 ) -> npt.NDArray[np.float64]:
     """One-way delay of each flow's ECMP path: propagation plus one MTU store-and-forward per
     switch (the flow engine's arrival model). In a Clos every shortest path has the same hop
-    count, so this holds for sprayed flows too."""
+    count, so this holds for sprayed flows too. Pass ``routing`` to reuse one across calls
+    (building it is most of the cost on a 32k-GPU fabric)."""
     ix = fabric.index
     src = np.array([ix.node_of[f.src] for f in workload.flows], dtype=np.int64)
     dst = np.array([ix.node_of[f.dst] for f in workload.flows], dtype=np.int64)
     ports = np.array([49152 if f.src_port is None else f.src_port for f in workload.flows],
                      dtype=np.int64)
-    tab = Routing(fabric, hash_config=hash_config).route_many(src, dst, ports, strict=False)
+    rt = routing if routing is not None else Routing(fabric, hash_config=hash_config)
+    tab = rt.route_many(src, dst, ports, strict=False)
     rows = np.repeat(np.arange(src.shape[0]), np.diff(tab.offsets))
     lat = np.bincount(rows, weights=ix.latency_ns[tab.edges].astype(np.float64),
                       minlength=src.shape[0])
