@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from fabricscope.fabric.io import read_fabric
 
 
@@ -17,21 +19,40 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_build_then_show(tmp_path: Path) -> None:
+def test_build_then_show(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "rail.yaml"
-    r = _run("topo", "build", "rail-optimized", "servers=8", "gpus_per_server=4", "-o", str(out))
-    assert r.returncode == 0, r.stderr
-    assert "32 GPUs" in r.stdout
+    code, stdout, err = _main(capsys, monkeypatch, "topo", "build", "rail-optimized", "servers=8",
+                              "gpus_per_server=4", "-o", str(out))
+    assert code == 0, err
+    assert "32 GPUs" in stdout
     assert read_fabric(out).gpu_count == 32
-    r = _run("topo", "show", str(out), "--json")
-    assert r.returncode == 0, r.stderr
-    s = json.loads(r.stdout)
+    code, stdout, err = _main(capsys, monkeypatch, "topo", "show", str(out), "--json")
+    assert code == 0, err
+    s = json.loads(stdout)
     assert (s["gpus"], s["rails"], s["kind"]) == (32, 4, "rail-optimized")
-    r = _run("topo", "show", str(out))
-    assert r.returncode == 0 and "bisection" in r.stdout and "oversubscription leaf" in r.stdout
+    code, stdout, _ = _main(capsys, monkeypatch, "topo", "show", str(out))
+    assert code == 0 and "bisection" in stdout and "oversubscription leaf" in stdout
 
 
-def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
+def _main(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str, str]:
+    """The console entry point in-process (a subprocess costs seconds on a busy machine)."""
+    from fabricscope.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["fabricscope", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_bad_input_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     cases = [
         (("topo", "build", "torus", "-o", str(tmp_path / "x.yaml")), "unknown topology 'torus'"),
         (("topo", "build", "rail-optimized", "sever=3", "-o", str(tmp_path / "x.yaml")),
@@ -44,14 +65,16 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
     bad.write_text("version: 1\ndevices: [\n  {id: a\n")
     cases.append((("topo", "show", str(bad)), "bad.yaml:4:1: malformed YAML"))
     for args, needle in cases:
-        r = _run(*args)
-        assert r.returncode == 2, (args, r.stderr)
-        assert needle in r.stderr and r.stderr.startswith("error: ")
-        assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        code, _, err = _main(capsys, monkeypatch, *args)
+        assert code == 2, (args, err)
+        assert needle in err and err.startswith("error: ")
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    r = _run("topo", "build", "torus", "-o", str(tmp_path / "x.yaml"))  # the real console too
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
 
 
-def test_params_listing_and_help() -> None:
-    r = _run("topo", "build", "dual-tor", "--params")
-    assert r.returncode == 0 and "servers_per_leaf" in r.stdout
-    r = _run("topo", "build", "--help")
-    assert r.returncode == 0 and "Examples" in r.stdout
+def test_params_listing_and_help(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out, _ = _main(capsys, monkeypatch, "topo", "build", "dual-tor", "--params")
+    assert code == 0 and "servers_per_leaf" in out
+    code, out, _ = _main(capsys, monkeypatch, "topo", "build", "--help")
+    assert code == 0 and "Examples" in out
