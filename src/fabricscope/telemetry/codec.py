@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import struct
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
@@ -321,7 +322,8 @@ def _path_elems(pb: bytes) -> tuple[str, dict[str, str]] | None:
         if not name or _BAD_NAME.search(name):
             return None
         names.append(name)
-    return "/" + "/".join(names), tags
+    # names repeat across every port and device: intern them so the cache holds one copy
+    return sys.intern("/" + "/".join(names)), tags
 
 
 class WireFlattener:

@@ -51,6 +51,23 @@ def _leaf(name: str) -> str:
     return name.rsplit("/", 1)[-1]
 
 
+class _Names:
+    """Memoized ``event name -> last path element if wanted else None`` (a dict hit per event)."""
+
+    def __init__(self, wanted: frozenset[str]) -> None:
+        self.wanted = wanted
+        self._memo: dict[str, str | None] = {}
+
+    def __call__(self, name: str) -> str | None:
+        try:
+            return self._memo[name]
+        except KeyError:
+            leaf = _leaf(name)
+            hit = leaf if leaf in self.wanted else None
+            self._memo[name] = hit
+            return hit
+
+
 def _num(v: object) -> float | None:
     if isinstance(v, bool) or not isinstance(v, int | float):
         return None
@@ -122,12 +139,14 @@ class MicroBurstDetector(_EpisodeDetector):
         self.ecn_rate = ecn_rate
         self.sustain_ns = sustain_ns
         self._ctr = _CounterState()
+        self._names = _Names(frozenset({"watermark-bytes", "ecn-marked-pkts"}))
 
     def __call__(self, events: Events) -> list[Finding]:
         out: list[Finding] = []
+        names = self._names
         for e in events:
-            leaf = _leaf(e.name)
-            if leaf not in ("watermark-bytes", "ecn-marked-pkts"):
+            leaf = names(e.name)
+            if leaf is None:
                 continue
             v = _num(e.value)
             if v is None:
@@ -173,12 +192,14 @@ class ErrorIncreaseDetector(_EpisodeDetector):
         super().__init__(quiet_ns=quiet_ns)
         self.min_increase = min_increase
         self._ctr = _CounterState()
+        self._names = _Names(self.COUNTERS)
 
     def __call__(self, events: Events) -> list[Finding]:
         out: list[Finding] = []
+        names = self._names
         for e in events:
-            leaf = _leaf(e.name)
-            if leaf not in self.COUNTERS:
+            leaf = names(e.name)
+            if leaf is None:
                 continue
             v = _num(e.value)
             if v is None:
@@ -209,11 +230,15 @@ class FlapDetector(_EpisodeDetector):
         self._state: dict[str, str] = {}
         self._changes: dict[str, list[int]] = {}
         self._ctr = _CounterState()
+        self._names = _Names(frozenset({"oper-status", "carrier-transitions"}))
 
     def __call__(self, events: Events) -> list[Finding]:
         out: list[Finding] = []
+        names = self._names
         for e in events:
-            leaf = _leaf(e.name)
+            leaf = names(e.name)
+            if leaf is None:
+                continue
             subject = port_of(e)
             n_new = 0
             if leaf == "oper-status":
@@ -258,12 +283,14 @@ class PauseStormDetector(_EpisodeDetector):
         super().__init__(quiet_ns=quiet_ns)
         self.rate = rate
         self._ctr = _CounterState()
+        self._names = _Names(self.COUNTERS)
 
     def __call__(self, events: Events) -> list[Finding]:
         out: list[Finding] = []
+        names = self._names
         for e in events:
-            leaf = _leaf(e.name)
-            if leaf not in self.COUNTERS:
+            leaf = names(e.name)
+            if leaf is None:
                 continue
             v = _num(e.value)
             if v is None:
