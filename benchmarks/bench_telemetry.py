@@ -26,6 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from fabricscope.fabric.catalog import build_fabric, parse_params
+from fabricscope.fabric.inventory import Fabric
+from fabricscope.sim.clock import SimClock
+from fabricscope.sim.twin import Twin
+
 ROOT = Path(__file__).resolve().parent
 PYGNMI_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fabricscope" / "pygnmi-0.8.15"
 
@@ -156,20 +161,19 @@ def _pygnmi_python() -> Path | None:
     return py
 
 
-def _names(server: TwinServer, fabric_names: list[str], n: int) -> list[str]:
-    return fabric_names[:n]
+def _fabric(topo: str) -> Fabric:
+    kind, _, rest = topo.partition(":")
+    return build_fabric(kind, parse_params(rest.split(","), source="bench"), source="bench")
 
 
 def _switch_names(topo: str) -> list[str]:
-    from fabricscope.cli.gnmi import _fabric
-
-    return [d.id for d in _fabric(topo, None).switches]
+    return [d.id for d in _fabric(topo).switches]
 
 
 def _child_mem(port: int, names: list[str]) -> dict[str, float]:
     """Collector RSS in a fresh process subscribed to ``names`` (counting sink)."""
-    code = ("import json,sys; sys.path.insert(0, %r); import bench_telemetry as b; "
-            "print(json.dumps(b._collect(%d, %r, '1s', 4.0, 2.0, 'count')))" % (str(ROOT), port, names))
+    code = (f"import json,sys; sys.path.insert(0, {str(ROOT)!r}); import bench_telemetry as b; "
+            f"print(json.dumps(b._collect({port}, {names!r}, '1s', 4.0, 2.0, 'count')))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
         raise RuntimeError(r.stderr[-2000:])
@@ -190,12 +194,10 @@ def main() -> None:
     server = TwinServer(topo)
     try:
         e2e = _collect(server.port, names, "100ms", warm, secs, "duckdb", server=server)
-        leaves_per_sample = None
         print(f"end-to-end (twin target -> collector -> DuckDB, {len(names)} targets, '/' every 100 ms):")
         print(f"  {e2e['rate']:,.0f} updates/s wall, {e2e['rate_per_cpu_s']:,.0f} per collector CPU-second "
               f"(collector CPU {e2e['cpu_s'] / e2e['wall_s']:.0%}, target CPU {e2e['target_cpu_s'] / e2e['wall_s']:.0%})")
-        results["end_to_end"] = {**e2e, "targets": len(names), "sample_interval": "100ms", "sink": "duckdb",
-                                 "leaves_per_sample": leaves_per_sample}
+        results["end_to_end"] = {**e2e, "targets": len(names), "sample_interval": "100ms", "sink": "duckdb"}
         py = _pygnmi_python()
         if py is None:
             print("  pygnmi: cannot install pygnmi==0.8.15 here; skipped")
@@ -223,12 +225,7 @@ def main() -> None:
         m_big = _child_mem(server.port, big)
     finally:
         server.close()
-    per_leaf = {"leaf": 1176, "spine": 49 * 16}  # leaves per device in this fabric (printed below)
-    from fabricscope.cli.gnmi import _fabric
-    from fabricscope.sim.twin import Twin
-    from fabricscope.sim.clock import SimClock
-
-    tw = Twin(_fabric(topo, None), clock=SimClock())
+    tw = Twin(_fabric(topo), clock=SimClock())
     n_small = sum(len(tw.leaves(n)) for n in small)
     n_big = sum(len(tw.leaves(n)) for n in big)
     kb_per_1000 = (m_big["rss_kb"] - m_small["rss_kb"]) / ((n_big - n_small) / 1000)
@@ -236,7 +233,6 @@ def main() -> None:
           f"{m_big['rss_kb'] / 1024:.1f} MiB: {kb_per_1000:.0f} KiB per 1,000 subscribed paths")
     results["memory"] = {"paths_small": n_small, "rss_kb_small": m_small["rss_kb"], "paths_big": n_big,
                          "rss_kb_big": m_big["rss_kb"], "kib_per_1000_paths": kb_per_1000}
-    del per_leaf
 
     # 4: throughput vs number of targets
     scale_topo = "leaf-spine:leaves=500,hosts_per_leaf=1,spines=4"
@@ -245,7 +241,7 @@ def main() -> None:
     server = TwinServer(scale_topo)
     rows = []
     try:
-        per_target = len(Twin(_fabric(scale_topo, None), clock=SimClock()).leaves(leaves[0]))
+        per_target = len(Twin(_fabric(scale_topo), clock=SimClock()).leaves(leaves[0]))
         for n in points:
             interval_s = max(0.002, n * per_target / 250_000)
             r = _collect(server.port, leaves[:n], f"{interval_s * 1000:.0f}ms", warm, secs / 2, "duckdb", server=server)
