@@ -6,6 +6,11 @@ sets are then derived per (switch, destination attachment) and cached, so no pat
 enumerated unless asked for (:meth:`Routing.paths`), and path *counts* come from a DP over
 the shortest-path DAG. This stays linear in the fabric size at 32k GPUs.
 
+Bulk work goes through :meth:`Routing.route_many` (ECMP paths of millions of flows as CSR
+arrays, bit-exact with :meth:`Routing.path`) and :meth:`Routing.spray_many` (per-hop even
+split, equal to :meth:`Routing.spray_weights`): all flows advance one hop per numpy step. See
+``docs/design/fabric-routing.md``.
+
 Failures are a view: ``Routing(fabric, failed_links=...)`` removes those cables from every
 next-hop set (a router's reroute after the link goes down); the fabric itself is unchanged.
 """
