@@ -218,3 +218,19 @@ def test_dual_tor_survives_one_tor() -> None:
     r = Routing(f, failed_links=failed)
     assert all(tor_a not in "".join(r.edge_ids(p)) for p in r.paths(a, b))
     assert r.reachable(a, b)
+
+
+def test_route_many_with_ipv6_endpoints_falls_back_exactly() -> None:
+    from fabricscope.fabric.io import fabric_from_dict, fabric_to_dict
+
+    data = fabric_to_dict(FABRICS["leaf-spine"])
+    for i, d in enumerate(x for x in data["devices"] if x["role"] == "nic"):
+        d["address"] = f"2001:db8::{i + 1:x}"
+    f = fabric_from_dict(data, source="v6.yaml")
+    r = Routing(f)
+    nics = [r.node(n.id) for n in f.nics]
+    src, dst = nics, nics[::-1]
+    table = r.route_many(src, dst, list(range(49152, 49152 + len(src))))
+    for k, (a, b) in enumerate(zip(src, dst, strict=True)):
+        ida, idb = f.index.node_ids[a], f.index.node_ids[b]
+        assert table.path(k) == r.path(ida, idb, r.flow_tuple(ida, idb, src_port=49152 + k))
