@@ -557,6 +557,24 @@ def _votes(
         np.zeros(0, dtype=np.int64)
     receiver_is_me = np.array([table.groups[x][-1] for x in g.tolist()], dtype=np.int64) == \
         table.rank[recv_rows] if g.size else np.zeros(0, dtype=bool)
+    # Pipelines wait by design (fill/drain bubbles): only the wait beyond what the other
+    # data-parallel replicas' receivers waited at the same hop (same class, iteration and
+    # micro-batch) is blame.
+    if receiver_is_me.any():
+        sel = np.flatnonzero(receiver_is_me)
+        inst_of = inst.inst[prow][sel]
+        _, key = np.unique(np.stack([inst.cls[inst_of], it_of_inst[inst_of],
+                                     table.seq[recv_rows[sel]]]), axis=1, return_inverse=True)
+        key = key.reshape(-1)
+        w_sel = wait[sel]
+        o = np.lexsort((w_sel, key))
+        ks = key[o]
+        starts = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
+        counts = np.diff(np.r_[starts, ks.size])
+        base = w_sel[o][starts + (counts - 1) // 4]
+        base_row = np.empty_like(w_sel)
+        base_row[o] = np.repeat(base, counts)
+        wait[sel] = np.maximum(w_sel - base_row, 0.0)
     best_wait = np.zeros((n_r, n_i))
     best_sender = np.tile(np.arange(n_r, dtype=np.int64)[:, None], (1, n_i))
     if receiver_is_me.any():

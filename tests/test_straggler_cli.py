@@ -1,0 +1,59 @@
+"""``fabricscope straggler`` commands and the demo part."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from fabricscope.cli import app
+from fabricscope.service import demo_straggler
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+def test_help_teaches() -> None:
+    out = runner.invoke(app, ["straggler", "analyze", "--help"])
+    assert out.exit_code == 0
+    assert "Examples" in out.output and "--inventory" in out.output
+
+
+def test_analyze_json_on_gloo_fixture(tmp_path: Path) -> None:
+    plot = tmp_path / "t.png"
+    out = runner.invoke(app, ["straggler", "analyze", str(ROOT / "tests/fixtures/gloo/throttle-rank1"),
+                              "--json", "--plot", str(plot)])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    assert doc["findings"][0]["subject"] == "rank 1 network"
+    assert plot.stat().st_size > 1000
+
+
+def test_twin_then_analyze_with_inventory(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    out = runner.invoke(app, ["straggler", "twin", str(run), "--fault", "slow-gpu",
+                              "--comm", "alpha-beta", "--iterations", "8"])
+    assert out.exit_code == 0, out.output
+    truth = json.loads((run / "truth.json").read_text())
+    out = runner.invoke(app, ["straggler", "analyze", str(run / "kineto"), "--inventory",
+                              str(run / "inventory.json")])
+    assert out.exit_code == 0, out.output
+    assert truth["expected"][0]["subject"] in out.output
+
+
+def test_bad_path_is_one_error_line() -> None:
+    from fabricscope.model.errors import TraceFormatError
+
+    out = runner.invoke(app, ["straggler", "analyze", "/nonexistent/x"])
+    assert isinstance(out.exception, TraceFormatError)
+    assert "no such file" in str(out.exception)
+
+
+def test_demo_part_quick(tmp_path: Path) -> None:
+    lines: list[str] = []
+    summary = demo_straggler.run(seed=0, outdir=tmp_path, echo=lines.append, quick=True)
+    assert summary["ok"] is True
+    assert summary["found"] == summary["injected"]["subject"]  # type: ignore[index]
+    assert any("injected" in x for x in lines) and any("found" in x for x in lines)
+    json.dumps(summary)
