@@ -167,3 +167,33 @@ def test_one_link_down_is_not_a_flap_but_two_transitions_are() -> None:
     got = det([ev(oper, 2, "UP"), ev(car, 2, 6)])
     assert [(f.kind, f.subject) for f in got] == [("link-flap", "leaf-1:eth1")]
     assert got[0].window == (1 * NS, 2 * NS)
+
+
+def test_prometheus_sink_serves_exposition_on_loopback() -> None:
+    import urllib.request
+
+    from fabricscope.telemetry.sinks import PrometheusSink, exposition
+
+    sink = PrometheusSink("127.0.0.1:0")
+    try:
+        sink.write([ev(OCT, 1, 10), ev(OCT, 2, 25), ev("/interfaces/interface/state/oper-status", 2, "UP")], [])
+        body = urllib.request.urlopen(f"http://127.0.0.1:{sink.port}/metrics", timeout=10).read().decode()
+    finally:
+        sink.close()
+    assert sink._httpd.server_address[0] == "127.0.0.1"
+    assert "# TYPE gnmi_interfaces_interface_state_counters_in_octets gauge" in body
+    assert 'gnmi_interfaces_interface_state_counters_in_octets{target="leaf-1",interface_name="eth1"} 25.0 2000' in body
+    assert "oper_status" not in body  # strings are not Prometheus samples
+    assert exposition({}) == b"\n"
+
+
+def test_jsonl_sink_writes_events_and_findings(tmp_path: Path) -> None:
+    from fabricscope.telemetry.sinks import JsonLinesSink
+
+    p = tmp_path / "out.jsonl"
+    sink = JsonLinesSink(str(p))
+    sink.write([ev(OCT, 1, 10)], [Finding("link-flap", "leaf-1:eth1", 0.7, (1, 2))])
+    sink.close()
+    rows = [json.loads(x) for x in p.read_text().splitlines()]
+    assert rows[0] == {"ts_ns": NS, "target": "leaf-1", "name": OCT, "tags": {"interface_name": "eth1"}, "value": 10}
+    assert rows[1]["finding"] == "link-flap" and rows[1]["subject"] == "leaf-1:eth1"
