@@ -317,8 +317,10 @@ def _rail_plan(
         else:
             lps = _largest_divisor(leaf_up, at_most=spine_down // max(leaves_in_group, 1))
             s = leaf_up // lps
-        _fits(src, "spine", spine_down, down=leaves_in_group * lps, up=0,
-              why=f"{leaves_in_group} leaves x {lps} links")
+        what = "spine" if spine_down == radix else f"spine (its down ports; radix {radix})"
+        _fits(src, what, spine_down, down=leaves_in_group * lps, up=0,
+              why=(f"spines={s}: " if spines is not None else "")
+              + f"{leaves_in_group} leaves x {lps} links")
         return s, lps
 
     three_tier = pods is not None or servers_per_pod is not None
