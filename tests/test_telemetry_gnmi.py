@@ -278,3 +278,13 @@ def test_target_dies_mid_stream_collector_reconnects_and_loses_nothing() -> None
     assert all(s.connects >= 2 and s.errors >= 1 for s in st)
     leaf = sorted((e.ts_ns, e.value) for e in sink.events if e.target == "leaf-000")
     assert [v for _, v in leaf] == sorted(v for _, v in leaf)
+
+
+def test_subscribe_errors_reach_the_collector_as_status_codes() -> None:
+    tw = _twin()
+    _, col = asyncio.run(_collect(GnmiTarget(tw), {"paths": ["/no/such/tree"], "mode": "once"}, 0.4))
+    st = next(iter(col.stats.targets.values()))
+    assert st.last_error.startswith("NOT_FOUND") and "/no/such/tree" in st.last_error
+    _, col = asyncio.run(_collect(GnmiTarget(tw), {"paths": [COUNTERS], "sample-interval": "1ms",
+                                                    "stream-mode": "sample"}, 0.3))
+    assert all(s.syncs >= 1 for s in col.stats.targets.values())  # 1 ms is the minimum, accepted

@@ -38,16 +38,19 @@ paths = st.builds(lambda es, o: GPath(tuple(es), o), st.lists(elems, min_size=1,
                   st.sampled_from(["", "openconfig"]))
 
 
+@settings(max_examples=50)
 @given(paths)
 def test_format_parse_round_trip(p: GPath) -> None:
     assert parse_path(format_path(p)) == p
 
 
+@settings(max_examples=50)
 @given(paths)
 def test_proto_round_trip(p: GPath) -> None:
     assert from_proto_path(to_proto_path(p)) == p
 
 
+@settings(max_examples=50)
 @given(paths)
 def test_a_path_matches_itself_and_its_parents(p: GPath) -> None:
     assert match(p, p, prefix=False)
