@@ -1,0 +1,136 @@
+"""``fabricscope probe``: run the mesh probe agent on a host, analyze stored probe samples."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+_AGENT_HELP = """Run the probe responder and prober for one host (or NIC) of the inventory.
+
+Every agent derives the same plan from the inventory and --seed (no controller): the NICs
+under its leaf, the same rail on other leaves, a rotating cross-pod sample, with enough UDP
+source ports per peer to cover every ECMP path with 99% probability; re-drawn every epoch.
+The responder listens on UDP 47910 of each NIC address. Samples go to DuckDB and/or JSON lines.
+
+Examples:
+
+  fabricscope probe agent --inventory lab.json --self host0003 --db /tmp/probes.duckdb
+
+  fabricscope probe agent -i cluster.yaml --self host0042/nic3 --rate 200 --duration 60 --jsonl p.jsonl
+"""
+
+_ANALYZE_HELP = """Localize lossy links, switches, NICs and CPU-starved hosts from stored probes.
+
+Reads samples from --db (DuckDB written by `probe agent`) or --jsonl, and prints findings,
+strongest first: kind, subject (directed link a:ethX->b:ethY, switch, NIC or host), estimated
+loss, confidence and evidence. --method map (default: sparse MAP over link/device loss
+rates) or 007 (vote baseline, Arzani et al. NSDI'18). --paths: traceroute path cache (JSON);
+without it each flow's candidate ECMP path set is used.
+
+Examples:
+
+  fabricscope probe analyze --inventory lab.json --db /tmp/probes.duckdb
+
+  fabricscope probe analyze -i lab.json --jsonl p.jsonl --method 007 --json
+
+  fabricscope probe analyze -i lab.json --db probes.duckdb --last 60 --paths paths.json
+"""
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``probe`` command group (``agent``, ``analyze``)."""
+    grp = typer.Typer(
+        help="Mesh probing: probe every ECMP path and localize gray links, NIC/switch faults.\n\n"
+        "Examples:\n\n  fabricscope probe agent --inventory lab.json --self host0003 --db p.duckdb\n\n"
+        "  fabricscope probe analyze --inventory lab.json --db p.duckdb",
+        no_args_is_help=True,
+    )
+    app.add_typer(grp, name="probe")
+
+    @grp.command("agent", help=_AGENT_HELP)
+    def agent_cmd(
+        inventory: Path = typer.Option(..., "--inventory", "-i", help="inventory YAML/JSON"),
+        self_id: str = typer.Option(..., "--self", help="this host (all its NICs) or one NIC id"),
+        seed: int = typer.Option(0, help="shared plan seed (same on every agent)"),
+        rate: float = typer.Option(100.0, help="probes per second per NIC"),
+        duration: float = typer.Option(0.0, help="seconds to run (0: until interrupted)"),
+        epoch: float = typer.Option(30.0, help="seconds between plan re-draws"),
+        db: Path | None = typer.Option(None, help="DuckDB file to append samples to"),
+        jsonl: Path | None = typer.Option(None, help="JSON lines file to append samples to"),
+    ) -> None:
+        import asyncio
+
+        from fabricscope.fabric.io import read_fabric
+        from fabricscope.model.errors import ConfigError
+        from fabricscope.service.probe_live import run_agent
+
+        if db is None and jsonl is None:
+            raise ConfigError("probe agent: give --db FILE and/or --jsonl FILE for the samples")
+        if rate <= 0:
+            raise ConfigError(f"probe agent: --rate must be > 0, got {rate}")
+        fabric = read_fabric(inventory)
+        try:
+            totals = asyncio.run(run_agent(fabric, self_id, seed=seed, rate_pps=rate,
+                                           duration_s=duration, epoch_s=epoch, db=db, jsonl=jsonl,
+                                           echo=typer.echo))
+        except KeyboardInterrupt:
+            typer.echo("stopped")
+            return
+        typer.echo(json.dumps(totals))
+
+    @grp.command("analyze", help=_ANALYZE_HELP)
+    def analyze_cmd(
+        inventory: Path = typer.Option(..., "--inventory", "-i", help="inventory YAML/JSON"),
+        db: Path | None = typer.Option(None, help="DuckDB file written by `probe agent`"),
+        jsonl: list[Path] = typer.Option([], help="JSON lines sample files (repeatable)"),
+        method: str = typer.Option("map", help="map (default) or 007"),
+        last: float = typer.Option(0.0, help="only the last N seconds of samples (0: all)"),
+        paths: Path | None = typer.Option(None, help="traceroute path cache (JSON)"),
+        as_json: bool = typer.Option(False, "--json", help="print findings as JSON"),
+    ) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        from fabricscope.fabric.io import read_fabric
+        from fabricscope.model.errors import ConfigError
+        from fabricscope.probe.analysis import observations_from_samples
+        from fabricscope.service.probe_live import analyze_observations, read_paths
+        from fabricscope.store.probes import ProbeStore, read_jsonl
+
+        if db is None and not jsonl:
+            raise ConfigError("probe analyze: give --db FILE or --jsonl FILE")
+        fabric = read_fabric(inventory)
+        if db is not None:
+            if not db.exists():
+                raise ConfigError(f"probe analyze: --db {db}: no such file")
+            store = ProbeStore(db)
+            obs = store.observations()
+            store.close()
+        else:
+            errors: list[str] = []
+            rows = [s for p in jsonl for s, _st in read_jsonl(p, errors=errors)]
+            for e in errors[:10]:
+                typer.secho(f"skipped {e}", err=True, fg=typer.colors.YELLOW)
+            obs = observations_from_samples(rows)
+        if len(obs) and last > 0:
+            t1 = int(obs.t_send_ns.max())
+            obs = obs.window(t1 - int(last * 1e9), t1 + 1)
+        findings = analyze_observations(fabric, obs, method=method,
+                                        paths=read_paths(paths, fabric) if paths else None)
+        if as_json:
+            typer.echo(json.dumps([{"kind": f.kind, "subject": f.subject, "score": f.score,
+                                    "window": list(f.window), "evidence": list(f.evidence),
+                                    "action": f.action, "details": dict(f.details)}
+                                   for f in findings], indent=1))
+            return
+        t = Table(title=f"{len(obs)} probes, {len(findings)} findings ({method})")
+        for c in ("kind", "subject", "loss / delay", "score", "evidence"):
+            t.add_column(c)
+        for f in findings:
+            d = f.details
+            est = (f"{float(d['loss']) * 100:.2f}% loss" if "loss" in d and d.get("method") == "map"
+                   else f"+{float(d.get('added_delay_ns', 0)) / 1e3:.0f} us" if f.kind == "cpu-starved" else "")
+            t.add_row(f.kind, f.subject, est, f"{f.score:.3f}", "; ".join(f.evidence[:2]))
+        Console().print(t)

@@ -1,0 +1,49 @@
+"""Probe samples in a real DuckDB file and in JSON lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fabricscope.model.records import FiveTuple, ProbeSample
+from fabricscope.probe.analysis import ANSWERED, REQUEST_LOST, flow_stats
+from fabricscope.store.probes import ProbeStore, read_jsonl, write_jsonl
+
+FT = FiveTuple("198.18.0.1", "198.18.0.2", 40000, 47910)
+
+
+def _samples() -> list[ProbeSample]:
+    return [
+        ProbeSample("a/nic0", "b/nic0", FT, 1, 100, 5000, 5100, 400),
+        ProbeSample("a/nic0", "b/nic0", FT, 2, 200, None, None, None),
+        ProbeSample("a/nic0", "b/nic0", FT._replace(src_port=40001), 3, 300, 7000, 7300, 800),
+    ]
+
+
+def test_duckdb_round_trip(tmp_path: Path) -> None:
+    db = tmp_path / "p.duckdb"
+    st = ProbeStore(db)
+    assert st.insert(_samples(), [ANSWERED, REQUEST_LOST, ANSWERED]) == 3
+    st.close()
+    st = ProbeStore(db)
+    assert st.count() == 3
+    assert st.samples() == _samples()
+    obs = st.observations()
+    assert len(obs.flows) == 2 and len(obs) == 3
+    s = flow_stats(obs)
+    j = obs.flows.index(("a/nic0", "b/nic0", FT))
+    assert (s.sent[j], s.lost[j], s.lost_req[j]) == (2, 1, 1)
+    assert s.rtt_ns[j] == (400 - 100) - (5100 - 5000)
+    assert len(st.observations(t0_ns=150, t1_ns=250)) == 1
+    st.close()
+
+
+def test_jsonl_skips_malformed_lines(tmp_path: Path) -> None:
+    p = tmp_path / "p.jsonl"
+    with open(p, "w") as fh:
+        write_jsonl([(s, ANSWERED) for s in _samples()], fh)
+        fh.write("{not json\n")
+        fh.write('{"src": "x"}\n')
+    errors: list[str] = []
+    rows = list(read_jsonl(p, errors=errors))
+    assert [s for s, _ in rows] == _samples()
+    assert len(errors) == 2 and ":4:" in errors[0] and ":5:" in errors[1]
