@@ -21,7 +21,7 @@ from fabricscope.fabric.builders import rail_optimized_fabric
 from fabricscope.fabric.inventory import Fabric, port_device
 from fabricscope.model.records import Finding
 from fabricscope.sim.clock import WallClock
-from fabricscope.sim.faults import Fault
+from fabricscope.sim.faults import Fault, FaultSchedule
 from fabricscope.telemetry.collector import Collector
 from fabricscope.telemetry.config import parse_config
 from fabricscope.telemetry.serve import twin_for
@@ -91,19 +91,19 @@ def _scenario(fabric: Fabric, t0: int, rng: np.random.Generator, quick: bool) ->
                      if fabric.devices[port_device(p)].role == "leaf"
                      and fabric.devices[port_device(fabric.peer_port[p])].role == "spine")
     a, b, c, d = (uplinks[i] for i in rng.choice(len(uplinks), 4, replace=False))
-    s = 0.5 if quick else 1.0  # time scale
+    s = 0.5 if quick else 1.0  # time scale; t0: every stream has its baseline
     return [
-        Fault("micro-burst", a, t0 + int(1.3 * s * NS), t0 + int(1.3 * s * NS) + 8_000_000, {"depth_bytes": 6e6}),
-        Fault("gray-loss", f"{b}->{fabric.peer_port[b]}", t0 + int(1.7 * s * NS), None, {"loss": 0.002}),
-        Fault("link-flap", f"{c}|{fabric.peer_port[c]}", t0 + int(2.1 * s * NS), t0 + int(4.5 * s * NS),
+        Fault("micro-burst", a, t0 + int(0.3 * s * NS), t0 + int(0.3 * s * NS) + 8_000_000, {"depth_bytes": 6e6}),
+        Fault("gray-loss", f"{b}->{fabric.peer_port[b]}", t0 + int(0.7 * s * NS), None, {"loss": 0.002}),
+        Fault("link-flap", f"{c}|{fabric.peer_port[c]}", t0 + int(1.1 * s * NS), t0 + int(3.5 * s * NS),
               {"period_ns": 0.8 * s * NS}),
-        Fault("pfc-storm", d, t0 + int(2.9 * s * NS), t0 + int(4.9 * s * NS), {"rate": 60_000}),
+        Fault("pfc-storm", d, t0 + int(1.9 * s * NS), t0 + int(3.9 * s * NS), {"rate": 60_000}),
     ]
 
 
-async def _stream(fabric: Fabric, faults: list[Fault], seed: int, clock: WallClock, outdir: Path,
-                  seconds: float, interval: str) -> tuple[list[Finding], dict[str, object]]:
-    twin = twin_for(fabric, faults=faults, utilization=0.3, seed=seed, clock=clock)
+async def _stream(fabric: Fabric, seed: int, clock: WallClock, outdir: Path, seconds: float, interval: str,
+                  quick: bool) -> tuple[list[Finding], list[Fault], int, dict[str, object]]:
+    twin = twin_for(fabric, utilization=0.3, seed=seed, clock=clock)
     target = GnmiTarget(twin)
     port = await target.start()
     names = [d.id for d in fabric.switches]
@@ -127,7 +127,19 @@ async def _stream(fabric: Fabric, faults: list[Fault], seed: int, clock: WallClo
     }, source="demo")
     col = Collector(cfg)
     try:
-        stats = await col.run(duration_s=seconds)
+        task = asyncio.create_task(col.run())
+        # Inject only once every stream has its baseline (start-up time varies with machine load).
+        n_streams = len(names) * len(cfg.subscriptions)
+        t_wait = time.monotonic()
+        while time.monotonic() - t_wait < 30 and (
+                len(col.stats.targets) < n_streams or any(st.syncs == 0 for st in col.stats.targets.values())):
+            await asyncio.sleep(0.05)
+        t0 = clock.now_ns()
+        faults = _scenario(fabric, t0, np.random.default_rng(seed), quick)
+        twin.set_faults(FaultSchedule.of(faults))
+        await asyncio.sleep(seconds)
+        col.stop()
+        stats = await task
     finally:
         await target.stop()
         col.close()
@@ -137,21 +149,18 @@ async def _stream(fabric: Fabric, faults: list[Fault], seed: int, clock: WallClo
     findings = store.findings()
     rows = store.count()
     store.close()
-    return findings, {"updates": stats.received, "rows": rows, "bytes_on_wire": target.bytes_sent,
-                      "targets": len(names), "port": port}
+    return findings, faults, t0, {"updates": stats.received, "rows": rows, "bytes_on_wire": target.bytes_sent,
+                                  "targets": len(names), "port": port}
 
 
 def run(*, seed: int, outdir: Path, echo: Callable[[str], None], quick: bool = False) -> dict[str, object]:
     """Stream the twin over gNMI into the collector and score the findings against the faults."""
-    rng = np.random.default_rng(seed)
     fabric = rail_optimized_fabric(servers=4 if quick else 8)
     clock = WallClock()
-    t0 = clock.now_ns()
-    faults = _scenario(fabric, t0, rng, quick)
-    seconds = 3.2 if quick else 6.5
+    seconds = 3.0 if quick else 6.0
     interval = "250ms" if quick else "500ms"
     wall0 = time.perf_counter()
-    findings, stats = asyncio.run(_stream(fabric, faults, seed, clock, outdir, seconds, interval))
+    findings, faults, t0, stats = asyncio.run(_stream(fabric, seed, clock, outdir, seconds, interval, quick))
     matches, unexplained = match_findings(fabric, faults, findings)
     echo(f"twin {fabric.name}: {stats['targets']} switches served over gNMI on 127.0.0.1:{stats['port']}, "
          f"{stats['updates']} updates in {time.perf_counter() - wall0:.1f} s -> DuckDB ({stats['rows']} rows), "

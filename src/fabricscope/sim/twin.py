@@ -214,6 +214,10 @@ class Twin:
             raise ConfigError("Twin.set_load: loads must be finite and >= 0")
         self._load = arr.copy()
 
+    def set_faults(self, faults: FaultSchedule) -> None:
+        """Replace the scenario from now on (e.g. inject once a collector is listening)."""
+        self.faults = faults
+
     @property
     def now_ns(self) -> int:
         return self._t
