@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 from pathlib import Path
@@ -44,7 +45,7 @@ def test_responder_and_prober_over_loopback() -> None:
         await resp.stop()
         return resp, pr
 
-    resp, pr = asyncio.run(run())
+    resp, _pr = asyncio.run(run())
     assert resp.counters.rejected == {"short": 1, "version": 1}
     ok = [s for s, st in got if st == ANSWERED]
     lost = [(s, st) for s, st in got if st != ANSWERED]
@@ -76,10 +77,8 @@ def test_rx_count_classifies_request_losses() -> None:
         resp_sock = resp._sock
 
         def swallow() -> None:
-            try:
+            with contextlib.suppress(BlockingIOError):
                 resp_sock.recv(2048)
-            except BlockingIOError:
-                pass
 
         loop.add_reader(resp_sock.fileno(), swallow)
         await asyncio.sleep(0.3)
@@ -120,7 +119,7 @@ def test_cli_probe_analyze_finds_injected_link(tmp_path: Path) -> None:
     # The twin hash is the inventory's hash, so pass the paths as a traceroute cache would.
     paths = []
     for i in range(len(mesh.flows)):
-        s, d, ft = mesh.flows[i]
+        _s, _d, ft = mesh.flows[i]
         fwd, rev = tr.path_edges(i)
         paths.append({"src_ip": ft.src_ip, "dst_ip": ft.dst_ip, "src_port": ft.src_port,
                       "dst_port": ft.dst_port, "links": [f.index.edge_id(e) for e in fwd]})
