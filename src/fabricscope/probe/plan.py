@@ -7,7 +7,8 @@ controller for this; NetNORAD and R-Pingmesh shard the mesh by topology, which w
 * the **ToR mesh**: every NIC that shares a leaf with this NIC;
 * the **rail**: NICs on the same rail under the other leaves of the pod (a rotating sample,
   one peer per leaf per epoch by default);
-* a rotating **cross-pod sample** of ``pod_peers`` NICs.
+* a rotating **cross-pod sample** of ``pod_peers`` NICs (in a single-pod fabric: NICs under
+  other leaves, any rail, so spine links are probed even when each rail has one leaf).
 
 ECMP coverage: a switch hashes the 5-tuple, so a probe flow with a random source port lands on
 one of the ``n`` equal-cost paths with probability ``1/n`` (per-switch seeds make tiers
@@ -245,7 +246,13 @@ def plan_probes(
             continue
         take = min(rail_peers_per_leaf, len(nics))
         rail.extend(nics[int(i)] for i in rng.choice(len(nics), size=take, replace=False))
+    # Cross-pod sample; in a single pod, a sample of NICs under other leaves (any rail), so
+    # that the spine tier is probed even when every rail has one leaf.
     others = [n for n in lay.all_nics if lay.pod_of[n] != my_pod] if my_pod is not None else []
+    if not others:
+        chosen = set(rail)
+        others = [n for n in lay.all_nics
+                  if fabric.leaves_of_nic[n] != my_leaves and n not in chosen]
     pod: list[str] = []
     if others and pod_peers > 0:
         pod = [others[int(i)] for i in rng.choice(len(others), size=min(pod_peers, len(others)), replace=False)]
