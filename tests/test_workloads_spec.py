@@ -99,7 +99,7 @@ def test_job_layout_is_megatron(rail):
     assert all(f.deps for f in dpf)
     # compute appears as gaps: the first forward of stage 0 waits one forward compute
     first = fwd[0]
-    assert not first.deps and first.start_ns == 1000
+    assert not first.deps and first.start_ns == 0 and first.gap_ns == 1000
 
 
 def test_job_without_pipeline_waits_for_compute(ft):

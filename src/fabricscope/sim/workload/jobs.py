@@ -101,7 +101,7 @@ def job_iteration(fabric: Fabric, job: JobSpec, *, name: str | None = None) -> W
             return None
         s, t = pl.nic(a), pl.nic(b)
         return fl.add(s, t, act, deps=deps, gap_ns=gap, tag=tag,
-                      start_ns=0 if deps else gap, src_port=connection_port(s, t, tag))
+                      src_port=connection_port(s, t, tag))
 
     # fwd[m][p][(d,t)]: id of the flow carrying micro-batch m from stage p to p+1 (or None)
     last_done: dict[tuple[int, int, int], list[int]] = {}  # (d, t, p) -> deps ending stage p's work
@@ -113,9 +113,10 @@ def job_iteration(fabric: Fabric, job: JobSpec, *, name: str | None = None) -> W
             for m in range(mb):
                 for p in range(pp - 1):
                     deps = _ids(fwd_in[m][p], prev_fwd[p])
+                    # Without a dependency (first micro-batch, or inputs that came over
+                    # NVLink) the stage is ready after the pipeline's m + p + 1 forwards.
                     f = p2p(job.rank(d, t, p), job.rank(d, t, p + 1), deps,
-                            job.fwd_compute_ns * (1 if deps else (m + 1) * (p + 1)),
-                            f"pp-fwd/s{p}")
+                            job.fwd_compute_ns * (1 if deps else m + p + 1), f"pp-fwd/s{p}")
                     fwd_in[m][p + 1] = f
                     prev_fwd[p] = f if f is not None else prev_fwd[p]
             bwd_in: list[list[int | None]] = [[None] * pp for _ in range(mb)]
