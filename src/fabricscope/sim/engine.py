@@ -168,42 +168,53 @@ class _Engine:
         n = len(flows)
         self.n = n
         self.flows = flows
-        pos: dict[int, int] = {}
-        for j, f in enumerate(flows):
-            if f.id in pos:
-                raise WorkloadError(f"flows: duplicate flow id {f.id}")
-            pos[f.id] = j
-        self.pos = pos
-        self.src = np.empty(n, np.int64)
-        self.dst = np.empty(n, np.int64)
-        for j, f in enumerate(flows):
-            for end, arr in ((f.src, self.src), (f.dst, self.dst)):
-                v = ix.node_of.get(end)
-                if v is None or ix.is_switch[v]:
-                    raise WorkloadError(f"flow {f.id}: endpoint {end!r} is not a NIC of fabric {fabric.name!r}")
-                arr[j] = v
-            if not f.size_bytes > 0:
-                raise WorkloadError(f"flow {f.id}: size_bytes must be > 0, got {f.size_bytes!r}")
-        self.size = np.array([f.size_bytes for f in flows], dtype=np.float64)
-        self.start_at = np.array([f.start_ns for f in flows], dtype=np.float64)
-        self.gap = np.array([f.gap_ns for f in flows], dtype=np.float64)
-        self.sport = np.array(
-            [f.src_port if f.src_port is not None else _BASE_SPORT + (f.id * 2654435761 >> 7) % 16384
-             for f in flows], dtype=np.int64,
-        )
-        # Dependencies: children CSR and pending counts.
-        kids: list[list[int]] = [[] for _ in range(n)]
-        self.ndeps = np.zeros(n, np.int64)
-        for j, f in enumerate(flows):
-            for d in f.deps:
-                p = pos.get(d)
-                if p is None:
-                    raise WorkloadError(f"flow {f.id}: depends on unknown flow id {d}")
-                kids[p].append(j)
-                self.ndeps[j] += 1
-        self.kid_ptr = np.zeros(n + 1, np.int64)
-        np.cumsum([len(k) for k in kids], out=self.kid_ptr[1:])
-        self.kid_idx = np.array([c for k in kids for c in k], dtype=np.int64)
+        # Columns of the flow table, built in one pass each (a million flows in seconds).
+        ids = np.fromiter((f.id for f in flows), dtype=np.int64, count=n)
+        order = np.argsort(ids, kind="stable")
+        sorted_ids = ids[order]
+        dup = np.flatnonzero(sorted_ids[1:] == sorted_ids[:-1])
+        if dup.shape[0]:
+            raise WorkloadError(f"flows: duplicate flow id {int(sorted_ids[dup[0]])}")
+        node_of = ix.node_of
+        nic_of = {k: v for k, v in node_of.items() if not ix.is_switch[v]}
+        try:
+            self.src = np.fromiter((nic_of[f.src] for f in flows), dtype=np.int64, count=n)
+            self.dst = np.fromiter((nic_of[f.dst] for f in flows), dtype=np.int64, count=n)
+        except KeyError as exc:
+            bad = next(f for f in flows if f.src not in nic_of or f.dst not in nic_of)
+            raise WorkloadError(
+                f"flow {bad.id}: endpoint {exc.args[0]!r} is not a NIC of fabric {fabric.name!r}"
+            ) from None
+        self.size = np.fromiter((f.size_bytes for f in flows), dtype=np.float64, count=n)
+        if not (self.size > 0).all():
+            j = int(np.flatnonzero(~(self.size > 0))[0])
+            raise WorkloadError(f"flow {flows[j].id}: size_bytes must be > 0, got {flows[j].size_bytes!r}")
+        self.start_at = np.fromiter((f.start_ns for f in flows), dtype=np.float64, count=n)
+        self.gap = np.fromiter((f.gap_ns for f in flows), dtype=np.float64, count=n)
+        # Default source port: a multiplicative hash of the flow id (distinct ids, spread ports).
+        derived = _BASE_SPORT + ((ids.astype(np.uint64) * np.uint64(2654435761)) >> np.uint64(7)).astype(np.int64) % 16384
+        given = np.fromiter((-1 if f.src_port is None else f.src_port for f in flows), dtype=np.int64, count=n)
+        self.sport: IntArray = np.where(given >= 0, given, derived).astype(np.int64)
+        # Dependencies: children CSR (parent -> children) and pending counts.
+        n_deps = np.fromiter((len(f.deps) for f in flows), dtype=np.int64, count=n)
+        self.ndeps = n_deps.copy()
+        if n_deps.sum():
+            dep_ids = np.fromiter((d for f in flows for d in f.deps), dtype=np.int64, count=int(n_deps.sum()))
+            child = np.repeat(np.arange(n, dtype=np.int64), n_deps)
+            at = np.searchsorted(sorted_ids, dep_ids)
+            at_c = np.minimum(at, n - 1)
+            missing = sorted_ids[at_c] != dep_ids
+            if missing.any():
+                k = int(np.flatnonzero(missing)[0])
+                raise WorkloadError(f"flow {flows[int(child[k])].id}: depends on unknown flow id {int(dep_ids[k])}")
+            parent = order[at_c]
+            o = np.argsort(parent, kind="stable")
+            self.kid_idx = child[o]
+            self.kid_ptr = np.zeros(n + 1, np.int64)
+            np.cumsum(np.bincount(parent, minlength=n), out=self.kid_ptr[1:])
+        else:
+            self.kid_idx = np.zeros(0, np.int64)
+            self.kid_ptr = np.zeros(n + 1, np.int64)
         self.dep_ready = self.start_at.copy()  # max(start, dep arrivals) before the gap
         # Per-flow state.
         self.remaining = self.size * 8.0  # bits

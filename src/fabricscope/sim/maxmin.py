@@ -16,6 +16,11 @@ Each round is four passes over the non-zeros, all numpy.
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Callable
+from functools import cache
+from typing import Literal, cast
+
 import numpy as np
 import numpy.typing as npt
 from scipy.sparse import csr_matrix
@@ -41,6 +46,7 @@ def max_min_rates(
     incidence: csr_matrix,
     capacity: FloatArray,
     *,
+    method: Literal["auto", "heap", "rounds"] = "auto",
     max_rounds: int = 100_000,
 ) -> FloatArray:
     """Max-min fair rates (same unit as ``capacity``) for the rows of ``incidence``.
@@ -57,8 +63,11 @@ def max_min_rates(
     -------
     numpy array of one rate per flow.
 
-    Complexity: O(rounds x nnz); rounds is the number of distinct bottleneck "generations",
-    typically a handful to a few tens on Clos fabrics.
+    method:
+        ``rounds``: the vectorized numpy rounds described in the module docstring,
+        O(rounds x nnz); ``heap``: sequential water-filling over a heap of link shares,
+        O(nnz + links log links), compiled with numba (docs/design/sim-maxmin.md);
+        ``auto``: ``heap`` when numba is installed, else ``rounds``.
     """
     a = incidence.tocsr()
     n_flows = a.shape[0]
@@ -66,42 +75,123 @@ def max_min_rates(
     if n_flows == 0:
         return rates
     a.sum_duplicates()
-    at = a.T.tocsr()  # link x flow
-    f_ptr = a.indptr.astype(np.int64)
-    l_ptr = at.indptr.astype(np.int64)
-    f_links = a.indices
-    l_flows = at.indices
+    if method == "heap" or (method == "auto" and _heap_kernel() is not None):
+        return _max_min_heap(a, np.asarray(capacity, dtype=np.float64), rates)
     rem = np.asarray(capacity, dtype=np.float64).copy()
     cap_scale = float(np.max(rem)) if rem.size else 1.0
-    active = (f_ptr[1:] > f_ptr[:-1])  # flows with at least one link
-    rates[active] = 0.0
+    live = np.flatnonzero(a.indptr[1:] > a.indptr[:-1])  # flows with at least one link
+    rates[live] = 0.0
+    # Work on the sub-matrix of still-active flows; it is compacted whenever half of its
+    # rows froze, so late rounds (few flows left) cost little.
+    sub = a[live] if live.shape[0] < n_flows else a
     for _ in range(max_rounds):
-        if not active.any():
+        if live.shape[0] == 0:
             break
-        w = at @ active.astype(np.float64)  # active weight per link
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(w > 0, np.maximum(rem, 0.0) / w, np.inf)
-        fmin = _segment_min(share[f_links], f_ptr, np.inf)
-        fmin_act = np.where(active, fmin, np.inf)
-        lmin = _segment_min(fmin_act[l_flows], l_ptr, np.inf)
-        # A bottleneck link: its share is the smallest along every active flow crossing it.
-        tol = _REL_EPS * np.maximum(share, cap_scale * _REL_EPS)
-        bott = (w > 0) & (share <= lmin + tol)
-        # Flows that cross a bottleneck link freeze at their own smallest share.
-        hit = np.zeros(n_flows, dtype=bool)
-        if bott.any():
-            hit_links = np.flatnonzero(bott)
-            starts = l_ptr[hit_links]
-            ends = l_ptr[hit_links + 1]
-            lens = ends - starts
-            idx = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(int(lens.sum()))
-            hit[l_flows[idx]] = True
-        hit &= active
-        if not hit.any():  # numerical corner: freeze the global minimum
-            hit = active & (fmin_act <= fmin_act.min() * (1 + _REL_EPS))
-        rates[hit] = fmin_act[hit]
-        active &= ~hit
-        rem -= at @ np.where(hit, rates, 0.0)
+        at = sub.T.tocsr()  # link x flow
+        f_ptr = sub.indptr.astype(np.int64)
+        l_ptr = at.indptr.astype(np.int64)
+        f_links = sub.indices
+        l_flows = at.indices
+        active = np.ones(live.shape[0], dtype=bool)
+        n_rows = live.shape[0]
+        while active.any() and active.sum() * 2 > n_rows:
+            w = at @ active.astype(np.float64)  # active weight per link
+            with np.errstate(divide="ignore", invalid="ignore"):
+                share = np.where(w > 0, np.maximum(rem, 0.0) / w, np.inf)
+            fmin = _segment_min(share[f_links], f_ptr, np.inf)
+            fmin_act = np.where(active, fmin, np.inf)
+            lmin = _segment_min(fmin_act[l_flows], l_ptr, np.inf)
+            # A bottleneck link: its share is the smallest along every active flow crossing it.
+            tol = _REL_EPS * np.maximum(share, cap_scale * _REL_EPS)
+            bott = (w > 0) & (share <= lmin + tol)
+            # Flows that cross a bottleneck link freeze at their own smallest share.
+            hit = np.zeros(n_rows, dtype=bool)
+            if bott.any():
+                hit_links = np.flatnonzero(bott)
+                starts = l_ptr[hit_links]
+                lens = l_ptr[hit_links + 1] - starts
+                idx = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(int(lens.sum()))
+                hit[l_flows[idx]] = True
+            hit &= active
+            if not hit.any():  # numerical corner: freeze the global minimum
+                hit = active & (fmin_act <= fmin_act.min() * (1 + _REL_EPS))
+            rates[live[hit]] = fmin_act[hit]
+            active &= ~hit
+            rem -= at @ np.where(hit, fmin_act, 0.0)
+        keep = np.flatnonzero(active)
+        live = live[keep]
+        sub = sub[keep]
+    return rates
+
+
+def _water_fill(
+    f_ptr: npt.NDArray[np.int64], f_idx: npt.NDArray[np.int64], f_w: FloatArray,
+    l_ptr: npt.NDArray[np.int64], l_idx: npt.NDArray[np.int64], cap: FloatArray, rates: FloatArray,
+) -> None:
+    """Sequential progressive filling: repeatedly saturate the link with the smallest share.
+
+    Shares ``rem / W`` only grow while filling, so a heap entry is a lower bound and a stale
+    one is re-pushed when popped (lazy update): each (flow, link) pair is touched once.
+    Written in the numba-compatible subset; runs as plain Python when numba is absent.
+    """
+    n_links = cap.shape[0]
+    n = f_ptr.shape[0] - 1
+    weight = np.zeros(n_links)
+    count = np.zeros(n_links, dtype=np.int64)
+    for f in range(n):
+        for k in range(f_ptr[f], f_ptr[f + 1]):
+            weight[f_idx[k]] += f_w[k]
+            count[f_idx[k]] += 1
+    rem = cap.copy()
+    frozen = np.zeros(n, dtype=np.bool_)
+    heap = [(np.inf, np.int64(0))]
+    heap.pop()
+    for m in range(n_links):
+        if count[m] > 0:
+            heap.append((max(rem[m], 0.0) / weight[m], np.int64(m)))
+    heapq.heapify(heap)
+    while len(heap) > 0:
+        s, lnk = heapq.heappop(heap)
+        if count[lnk] == 0:
+            continue
+        cur = max(rem[lnk], 0.0) / weight[lnk] if weight[lnk] > 0 else np.inf
+        if cur > s * (1.0 + 1e-12) + 1e-300:
+            heapq.heappush(heap, (cur, lnk))  # stale: its share grew since it was pushed
+            continue
+        for k in range(l_ptr[lnk], l_ptr[lnk + 1]):
+            f = l_idx[k]
+            if frozen[f]:
+                continue
+            frozen[f] = True
+            rates[f] = cur
+            for j in range(f_ptr[f], f_ptr[f + 1]):
+                m = f_idx[j]
+                rem[m] -= cur * f_w[j]
+                weight[m] -= f_w[j]
+                count[m] -= 1
+        count[lnk] = 0
+
+
+_Kernel = Callable[..., None]
+
+
+@cache
+def _heap_kernel() -> _Kernel | None:
+    """The numba-compiled water-filling kernel, or None when numba is not installed."""
+    try:
+        import numba
+    except ImportError:  # pragma: no cover - numba is a declared dependency
+        return None
+    return cast(_Kernel, numba.njit(cache=True, nogil=True)(_water_fill))
+
+
+def _max_min_heap(a: csr_matrix, cap: FloatArray, rates: FloatArray) -> FloatArray:
+    at = a.T.tocsr()
+    kernel = _heap_kernel() or _water_fill
+    kernel(
+        a.indptr.astype(np.int64), a.indices.astype(np.int64), a.data.astype(np.float64),
+        at.indptr.astype(np.int64), at.indices.astype(np.int64), cap.copy(), rates,
+    )
     return rates
 
 
