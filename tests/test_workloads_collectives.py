@@ -16,8 +16,10 @@ from fabricscope.sim.workloads import (
     alpha_beta_time,
     double_binary_tree,
     place_ranks,
+    ring_busbw_from_rates,
     ring_collective,
     ring_steady_state,
+    ring_time_from_rates,
     tree_allreduce,
 )
 
@@ -134,6 +136,15 @@ def test_steady_state_is_one_step(rail, ft):
     assert {(f.src, f.dst, f.src_port) for f in ss.flows} == {(f.src, f.dst, f.src_port) for f in full.flows}
     assert all(not f.deps for f in ss.flows)
     assert ss.meta["channel_flows"] == [(8 * c, 8 * c + 8) for c in range(8)]
+    # a one-step run must not pass for the collective: busbw comes from the rates only
+    assert ss.collective == "none" and ss.size_bytes == 0 and ss.meta["size_bytes"] == 64 * MiB
+    line = [400e9] * len(ss.flows)
+    assert ring_busbw_from_rates(ss, line) == pytest.approx(8 * 400e9 / 8)  # 8 rails at line rate
+    slow = list(line)
+    slow[9] = 100e9  # one hop of channel 1 at a quarter: the whole ring runs at its pace
+    assert ring_time_from_rates(ss, slow) == pytest.approx(4 * ring_time_from_rates(ss, line))
+    assert ring_time_from_rates(ss, line, latency_s=[1e-6] * len(line), alpha_s=1e-6) == pytest.approx(
+        ring_time_from_rates(ss, line) + steps * 2e-6)
 
 
 def test_double_binary_tree_leaves_alternate():

@@ -8,6 +8,7 @@ from __future__ import annotations
 from fabricscope.sim.workload.alphabeta import (
     alpha_beta_time,
     path_latency_s,
+    ring_busbw_from_rates,
     ring_time_from_rates,
 )
 from fabricscope.sim.workload.collectives import (
@@ -60,6 +61,7 @@ __all__ = [
     "place_ranks",
     "random_derangement",
     "read_flow_list",
+    "ring_busbw_from_rates",
     "ring_collective",
     "ring_steady_state",
     "ring_steps",

@@ -28,7 +28,7 @@ from fabricscope.fabric.hashing import HashConfig
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.fabric.routing import Routing
 from fabricscope.model.errors import WorkloadError
-from fabricscope.sim.flows import Workload
+from fabricscope.sim.flows import Collective, Workload, busbw
 
 ALGORITHMS: dict[str, tuple[str, ...]] = {
     "allreduce": ("ring", "rhd", "tree"),
@@ -112,6 +112,26 @@ def ring_time_from_rates(
         if hi > lo:
             worst = max(worst, steps * (alpha_s + float(step[lo:hi].max())))
     return worst
+
+
+def ring_busbw_from_rates(
+    workload: Workload,
+    rates_bps: Sequence[float] | npt.NDArray[np.float64],
+    *,
+    alpha_s: float = 0.0,
+    latency_s: Sequence[float] | npt.NDArray[np.float64] | None = None,
+) -> float:
+    """nccl-tests busbw (bytes/s) of the ring whose steady state is ``workload``."""
+    t = ring_time_from_rates(workload, rates_bps, alpha_s=alpha_s, latency_s=latency_s)
+    coll = str(workload.meta["collective"])
+    if coll not in ("allreduce", "allgather", "reducescatter"):
+        raise WorkloadError(f"ring busbw: meta.collective: unknown {coll!r}")
+    return busbw(_COLL[coll], workload.n_ranks, _as_float(workload.meta["size_bytes"]), t)
+
+
+_COLL: dict[str, Collective] = {
+    "allreduce": "allreduce", "allgather": "allgather", "reducescatter": "reducescatter",
+}
 
 
 def path_latency_s(

@@ -197,7 +197,9 @@ def ring_steady_state(
     concurrent flows get (one max-min solve instead of ``steps`` chained ones): see
     :func:`fabricscope.sim.workload.alphabeta.ring_time_from_rates` for the completion time.
     ``meta["channel_flows"]`` lists each channel's ``(first id, end id)``; flows carry
-    ``size_bytes / (channels * n)`` like one step of :func:`ring_collective`.
+    ``size_bytes / (channels * n)`` like one step of :func:`ring_collective`. The workload's
+    ``collective`` is ``"none"`` (the collective and ``S`` are in ``meta``) so that nobody
+    reads a busbw off a one-step run; use :func:`ring_busbw_from_rates`.
     """
     n = placement.n_ranks
     if n < 2:
@@ -222,14 +224,17 @@ def ring_steady_state(
         raise WorkloadError(
             f"ring {collective}: all {n} ranks are on one host: no fabric traffic (NVLink only)"
         )
+    # collective "none" and size 0: simulating these flows to completion times ONE step, so
+    # a busbw computed from it would be wrong; the collective and S live in meta instead.
     return Workload(
         name=name or f"ring-{collective}-{n}-steady",
         flows=fl.flows(),
-        collective=_as_collective(collective),
+        collective="none",
         n_ranks=n,
-        size_bytes=size_bytes,
+        size_bytes=0.0,
         meta={
-            "algorithm": "ring", "steady_state": True, "channels": ch, "steps": steps,
+            "algorithm": "ring", "steady_state": True, "collective": collective,
+            "size_bytes": size_bytes, "channels": ch, "steps": steps,
             "chunk_bytes": chunk, "channel_flows": bounds, "rail_aligned": rail_aligned,
             "ring_order": order, "placement": placement.policy,
         },
