@@ -204,3 +204,30 @@ def test_alpha_beta_formulas():
         6e-6 + 2 * 7 / 8 * S * 8 / B)
     with pytest.raises(WorkloadError, match="tree"):
         alpha_beta_time("allgather", 8, S, bandwidth_bps=B, algorithm="tree")
+
+
+@given(n=st.integers(2, 48), seed=st.integers(0, 10_000), rail_aligned=st.booleans())
+@settings(max_examples=30, deadline=None)
+def test_all_to_all_and_tree_invariants_on_random_placements(n, seed, rail_aligned):
+    fab = rail_optimized_fabric(8)
+    pl = place_ranks(fab, n, policy="random", seed=seed)
+    hosts = [pl.host(r) for r in range(n)]
+    cross_pairs = sum(1 for a in range(n) for b in range(n) if hosts[a] != hosts[b])
+    if cross_pairs == 0:
+        with pytest.raises(WorkloadError):
+            all_to_all(pl, 1e6, rail_aligned=rail_aligned)
+        return
+    w = all_to_all(pl, 1e6, rail_aligned=rail_aligned)
+    assert len(w.flows) == cross_pairs
+    assert sum(f.size_bytes for f in w.flows) == pytest.approx(cross_pairs * 1e6 / n)
+    # every destination NIC receives from every other-host rank of the ranks it serves
+    recv = Counter(f.dst for f in w.flows)
+    for r in range(n):
+        others = sum(1 for a in range(n) if hosts[a] != hosts[r])
+        assert recv[pl.nic(r)] >= others
+    m = len(set(hosts))
+    if m >= 2:
+        t = tree_allreduce(pl, 1e6, chunks=2, channels=2, rail_aligned=rail_aligned)
+        _check_dag(t)
+        assert len(t.flows) == 2 * 2 * 2 * 2 * (m - 1)
+        assert all(fab.devices[f.src].host != fab.devices[f.dst].host for f in t.flows)
