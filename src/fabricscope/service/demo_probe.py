@@ -18,7 +18,7 @@ from fabricscope.sim.faults import Fault, FaultSchedule
 def run(*, seed: int, outdir: Path, echo: Callable[[str], None], quick: bool = False) -> dict[str, object]:
     """Probe the twin for 40 s (quick: 20 s on a smaller cluster); a 1 % gray link appears on
     one leaf->spine direction at t = 10 s. Analysis runs every 5 s with hysteresis."""
-    servers = 16 if quick else 64
+    servers = 16 if quick else 128
     duration_s, t_fault_s, step_s = (20.0, 5.0, 2.5) if quick else (40.0, 10.0, 5.0)
     f = rail_optimized_fabric(servers)
     mesh = TwinMesh(f, seed=seed)
