@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fabricscope.model.records import Finding
+from fabricscope.straggler._dense import dense_codes, group_sort
 from fabricscope.straggler.devices import DeviceMap
 from fabricscope.straggler.instances import Instances, clock_offsets, match_instances
 from fabricscope.straggler.iterations import IterationStats, iteration_stats, robust_scale
@@ -108,8 +109,7 @@ class Report:
 
 
 def _dense(values: npt.NDArray[np.integer], ) -> tuple[I64, I64]:
-    uniq, idx = np.unique(values, return_inverse=True)
-    return uniq.astype(np.int64), idx.astype(np.int64).reshape(-1)
+    return dense_codes(values)
 
 
 def _ms(ns: float) -> str:
@@ -256,18 +256,26 @@ def analyze(
         explained_inst |= np.maximum.reduceat(touched, inst.first).astype(bool)
     explained_gpu = np.zeros((n_r, n_i), dtype=bool)
 
-    def comm_counts(owner: I64, n_owner: int, dedupe: bool) -> tuple[F64, F64]:
-        use = network[inst.inst]
-        o = owner[row_r][use]
-        k = inst.inst[use]
-        if dedupe and o.size:
-            pair = np.unique(k * max(n_owner, 1) + o)
-            k, o = pair // max(n_owner, 1), pair % max(n_owner, 1)
+    pair_cache: dict[str, tuple[I64, I64, F64]] = {}
+
+    def comm_counts(name: str, owner: I64, n_owner: int, dedupe: bool) -> tuple[F64, F64]:
+        """Slow (not yet explained) and fast network observations per owner and iteration."""
+        if name not in pair_cache:
+            use = network[inst.inst]
+            o = owner[row_r][use]
+            k = inst.inst[use]
+            if dedupe and o.size:
+                # Sort-based dedupe: numpy's hash-based unique is slow on millions of keys.
+                pair = np.sort(k * max(n_owner, 1) + o)
+                pair = pair[np.r_[True, pair[1:] != pair[:-1]]]
+                k, o = pair // max(n_owner, 1), pair % max(n_owner, 1)
+            idx = o * n_i + it_of_inst[k]
+            fast = np.bincount(idx[~inst.slow[k]], minlength=n_owner * n_i)
+            pair_cache[name] = (k, idx, fast.reshape(n_owner, n_i).astype(np.float64))
+        k, idx, f = pair_cache[name]
         slow = inst.slow[k] & ~explained_inst[k]
-        idx = o * n_i + it_of_inst[k]
         h = np.bincount(idx[slow], minlength=n_owner * n_i).reshape(n_owner, n_i)
-        f = np.bincount(idx[~inst.slow[k]], minlength=n_owner * n_i).reshape(n_owner, n_i)
-        return h.astype(np.float64), f.astype(np.float64)
+        return h.astype(np.float64), f
 
     n_nic, n_leaf = len(nic_names), len(leaf_names)
     use_leaf = devices is not None and n_leaf > 1
@@ -291,10 +299,10 @@ def analyze(
     for round_no in range(opt.max_findings):
         gh = (slow_c & ~explained_gpu).astype(np.float64)
         gf = (present & ~slow_c).astype(np.float64)
-        nh, nf = comm_counts(nic_of, n_nic, dedupe=devices is not None)
+        nh, nf = comm_counts("nic", nic_of, n_nic, dedupe=n_nic < n_r)
         parts_h, parts_f = [gh, nh], [gf, nf]
         if use_leaf:
-            lh, lf = comm_counts(leaf_of, n_leaf, dedupe=True)
+            lh, lf = comm_counts("leaf", leaf_of, n_leaf, dedupe=True)
             parts_h.append(lh)
             parts_f.append(lf)
         hits = np.concatenate(parts_h)
@@ -476,15 +484,15 @@ def _imbalance(
     if rows.size:
         # Only ops that repeat inside an iteration are micro-batches.
         key3 = (r_idx[rows] * n_i + i_idx[rows]) * (len(table.op_names) + 1) + table.op[rows]
-        _, inv3, cnt3 = np.unique(key3, return_inverse=True, return_counts=True)
+        _, inv3 = dense_codes(key3)
+        cnt3 = np.bincount(inv3)
         rows = rows[(cnt3[inv3] >= 2) | (table.mb[rows] >= 0)]
     if rows.size:
         dur = (table.end[rows] - table.start[rows]).astype(np.float64)
         key = r_idx[rows] * (len(table.op_names) + 1) + table.op[rows]
-        uk, inv = np.unique(key, return_inverse=True)
+        _, inv = dense_codes(key)
         counts = np.bincount(inv)
-        med = np.zeros(uk.size)
-        o = np.lexsort((dur, inv))
+        o = group_sort(inv, dur)
         starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
         med = dur[o][starts + (counts - 1) // 2]
         good = counts[inv] >= 4
@@ -492,12 +500,17 @@ def _imbalance(
             rel = dur[good] / np.maximum(med[inv[good]], 1.0)
             cv = _tail_cv(rel)
             # Dispersion per rank: if one rank alone disperses, it is a device, not the data.
-            per_rank = np.zeros(n_r)
             rr = r_idx[rows][good]
-            for r in np.unique(rr).tolist():
-                per_rank[r] = _tail_cv(rel[rr == r])
+            o2 = group_sort(rr, rel)
+            rs = rr[o2]
+            st2 = np.flatnonzero(np.r_[True, rs[1:] != rs[:-1]])
+            cn2 = np.diff(np.r_[st2, rs.size])
+            vals_sorted = rel[o2]
+            p50 = vals_sorted[st2 + (cn2 - 1) // 2]
+            p95 = vals_sorted[st2 + ((cn2 - 1) * 95) // 100]
+            per_rank = np.where(cn2 >= 4, (p95 - p50) / 1.645, 0.0)
             spread_ranks = int((per_rank > opt.seq_cv).sum())
-            n_seen = int(np.unique(rr).size)
+            n_seen = int(st2.size)
             if cv > opt.seq_cv and spread_ranks >= max(2, n_seen // 2):
                 spread = np.zeros(n_i)
                 for s in stages.tolist():
@@ -545,29 +558,29 @@ def _votes(
     coll = (inst.count >= 2) & ~inst.is_p2p
     if not coll.any():
         return {}, {}
-    rank_pos = {int(r): i for i, r in enumerate(ranks.tolist())}
-    last = np.array([rank_pos[int(r)] for r in inst.last_rank[coll].tolist()], dtype=np.int64)
+    last = np.searchsorted(ranks, inst.last_rank[coll]).astype(np.int64)
     it = it_of_inst[coll]
     # Largest recv wait per (rank, iteration) and the sender it waited for.
     prow = table.kind[inst.rows] == P2P
     recv_rows = inst.rows[prow]
     wait = inst.wait[prow].astype(np.float64)
     g = table.group[recv_rows]
-    sender = np.array([table.groups[x][0] for x in g.tolist()], dtype=np.int64) if g.size else \
-        np.zeros(0, dtype=np.int64)
-    receiver_is_me = np.array([table.groups[x][-1] for x in g.tolist()], dtype=np.int64) == \
-        table.rank[recv_rows] if g.size else np.zeros(0, dtype=bool)
+    g_first = np.array([x[0] if x else -1 for x in table.groups] or [-1], dtype=np.int64)
+    g_last = np.array([x[-1] if x else -1 for x in table.groups] or [-1], dtype=np.int64)
+    sender = g_first[g]
+    receiver_is_me = g_last[g] == table.rank[recv_rows]
     # Pipelines wait by design (fill/drain bubbles): only the wait beyond what the other
     # data-parallel replicas' receivers waited at the same hop (same class, iteration and
     # micro-batch) is blame.
     if receiver_is_me.any():
         sel = np.flatnonzero(receiver_is_me)
         inst_of = inst.inst[prow][sel]
-        _, key = np.unique(np.stack([inst.cls[inst_of], it_of_inst[inst_of],
-                                     table.seq[recv_rows[sel]]]), axis=1, return_inverse=True)
-        key = key.reshape(-1)
+        seqs = table.seq[recv_rows[sel]]
+        _, seq_code = dense_codes(seqs)
+        _, key = dense_codes((inst.cls[inst_of] * max(n_i, 1) + it_of_inst[inst_of])
+                             * (int(seq_code.max()) + 1) + seq_code)
         w_sel = wait[sel]
-        o = np.lexsort((w_sel, key))
+        o = group_sort(key, w_sel)
         ks = key[o]
         starts = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
         counts = np.diff(np.r_[starts, ks.size])
@@ -580,16 +593,19 @@ def _votes(
     if receiver_is_me.any():
         rr = r_idx[recv_rows][receiver_is_me]
         ii = i_idx[recv_rows][receiver_is_me]
-        ss = np.array([rank_pos.get(int(s), -1) for s in sender[receiver_is_me].tolist()])
+        pos_of = np.full(int(max(ranks.max(), sender.max(initial=0))) + 2, -1, dtype=np.int64)
+        pos_of[ranks] = np.arange(n_r)
+        snd_r = sender[receiver_is_me]
+        ss = np.where(snd_r >= 0, pos_of[np.clip(snd_r, 0, pos_of.size - 1)], -1)
         ww = wait[receiver_is_me]
         keep = ss >= 0
         rr, ii, ss, ww = rr[keep], ii[keep], ss[keep], ww[keep]
         key = (rr * n_i + ii) * n_r + ss
-        uk, inv = np.unique(key, return_inverse=True)
+        uk, inv = dense_codes(key)
         tot = np.bincount(inv, weights=ww)
         cell = uk // n_r
         snd = uk % n_r
-        o = np.lexsort((tot, cell))
+        o = group_sort(cell, tot)
         last_of_cell = np.ones(o.size, dtype=bool)
         last_of_cell[:-1] = cell[o][1:] != cell[o][:-1]
         pick = o[last_of_cell]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from fabricscope.straggler._dense import dense_codes
 from fabricscope.straggler.iterations import MAD_TO_SIGMA
 from fabricscope.straggler.table import COLLECTIVE, P2P, OpTable, p2p_key
 
@@ -61,6 +62,23 @@ def _op_keys(table: OpTable) -> I64:
     return mapping[table.op] if len(table) else np.zeros(0, dtype=np.int64)
 
 
+def _combined_key(cols: list[I64]) -> I64 | None:
+    """Pack non-negative integer columns into one int64 sort key (None if it would overflow)."""
+    key = np.zeros(cols[0].shape[0], dtype=np.int64)
+    bits = 0
+    for c in cols:
+        lo = int(c.min()) if c.size else 0
+        hi = int(c.max()) if c.size else 0
+        if lo < 0:
+            return None
+        width = max(hi, 1).bit_length()
+        bits += width
+        if bits > 62:
+            return None
+        key = (key << width) | c.astype(np.int64)
+    return key
+
+
 def match_instances(
     table: OpTable, *, k_sigma: float = 6.0, rel: float = 0.25, min_abs_ns: int = 20_000
 ) -> Instances:
@@ -75,12 +93,20 @@ def match_instances(
     grp = table.group[comm].astype(np.int64)
     it = table.iteration[comm].astype(np.int64)
     seq = table.seq[comm]
-    order = np.lexsort((seq, it, grp, opk))
+    key = _combined_key([opk, grp, it, seq])
+    if key is None:
+        order = np.lexsort((seq, it, grp, opk))
+        keys = np.stack([opk[order], grp[order], it[order], seq[order]])
+        differs = np.any(keys[:, 1:] != keys[:, :-1], axis=0)
+    else:
+        # One int64 key sorts ~3x faster than a four-column lexsort (8k ranks: 4M rows).
+        order = np.argsort(key, kind="stable")
+        ks = key[order]
+        differs = ks[1:] != ks[:-1]
     rows = comm[order]
-    keys = np.stack([opk[order], grp[order], it[order], seq[order]])
     if rows.size:
         new = np.ones(rows.size, dtype=bool)
-        new[1:] = np.any(keys[:, 1:] != keys[:, :-1], axis=0)
+        new[1:] = differs
         first = np.flatnonzero(new).astype(np.int64)
     else:
         first = np.zeros(0, dtype=np.int64)
@@ -111,16 +137,22 @@ def match_instances(
     # makes its neighbours' transfers wait), which is workload, not wire.
     sig = np.zeros(first.size, dtype=np.int64)
     if first.size:
-        rank_stage: dict[int, int] = {}
-        for r_, s_ in zip(table.rank.tolist(), table.stage.tolist(), strict=True):
-            if s_ >= 0:
-                rank_stage[r_] = s_
-        g_sig = np.array([hash(tuple(rank_stage.get(x, -1) for x in g)) & 0x7FFFFFFF
-                          for g in table.groups] or [0], dtype=np.int64)
+        known = table.stage >= 0
+        by_rank = np.full(int(table.rank.max()) + 1, -1, dtype=np.int64)
+        by_rank[table.rank[known]] = table.stage[known]
+        rank_stage = {int(r): int(v) for r, v in enumerate(by_rank.tolist()) if v >= 0}
+        sig_of: dict[tuple[int, ...], int] = {}
+        g_sig = np.array([sig_of.setdefault(tuple(rank_stage.get(x, -1) for x in g), len(sig_of))
+                          if len(g) == 2 else 0 for g in table.groups] or [0], dtype=np.int64)
         is_pp = table.kind[rows[first]] == P2P
         sig = np.where(is_pp, g_sig[table.group[rows[first]]], 0)
-    ckeys = np.stack([op0, g0, b0, sig]) if first.size else np.zeros((4, 0), dtype=np.int64)
-    _, cls = np.unique(ckeys, axis=1, return_inverse=True) if first.size else (None, np.zeros(0, dtype=np.int64))
+    if first.size:
+        dense = [dense_codes(c)[1] for c in (op0, g0, b0, sig)]
+        ck = _combined_key(dense)
+        assert ck is not None  # dense codes are small
+        _, cls = dense_codes(ck)
+    else:
+        cls = np.zeros(0, dtype=np.int64)
     cls = np.asarray(cls, dtype=np.int64).reshape(-1)
     excess = np.zeros(first.size, dtype=np.float64)
     slow = np.zeros(first.size, dtype=bool)
@@ -146,9 +178,10 @@ def match_instances(
     names_rev = [p2p_key(n) for n in table.op_names]
     uniq = list(dict.fromkeys(names_rev))
     cls_names: list[str] = [""] * ncls
-    for c_id, o_id, g_s, b_s in zip(cls.tolist(), op0.tolist(), g0.tolist(), b0.tolist(), strict=True):
-        if not cls_names[c_id]:
-            cls_names[c_id] = f"{uniq[o_id]}[{g_s} ranks, {b_s} B]"
+    if ncls:
+        _, first_of_cls = np.unique(cls, return_index=True)
+        for c_id, k in enumerate(first_of_cls.tolist()):
+            cls_names[c_id] = f"{uniq[int(op0[k])]}[{int(g0[k])} ranks, {int(b0[k])} B]"
     is_p2p = table.kind[rows[first]] == P2P if first.size else np.zeros(0, dtype=bool)
     return Instances(rows.astype(np.int64), inst, wait, first, count, it[order][first] if first.size
                      else first, cls, last_start, first_end, transfer, excess, slow & multi,
@@ -168,8 +201,13 @@ def clock_offsets(table: OpTable, inst: Instances, *, tol_ns: int = 200_000) -> 
     big = inst.count[inst.inst] >= 3
     if not big.any():
         return {}
-    # Median end per instance via sort within instance.
-    o = np.lexsort((end, inst.inst))
+    # Median end per instance via sort within instance (one packed key: instance, then the
+    # end relative to the instance's first completion, clipped to ~1 s).
+    rel_end = np.clip(end - inst.first_end[inst.inst], 0, (1 << 30) - 1)
+    if inst.n < (1 << 32):
+        o = np.argsort((inst.inst << 30) | rel_end, kind="stable")
+    else:
+        o = np.lexsort((end, inst.inst))
     pos_in = np.arange(o.size) - inst.first[inst.inst[o]]
     mid = inst.count[inst.inst[o]] // 2
     med_end = np.zeros(inst.n, dtype=np.int64)
