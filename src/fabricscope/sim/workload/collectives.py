@@ -61,30 +61,38 @@ def ring_order(placement: Placement, order: str = "host") -> tuple[int, ...]:
     raise WorkloadError(f"ring: ring_order: unknown {order!r} (choose 'host' or 'rank')")
 
 
+def cross_hops(placement: Placement, members: Sequence[int]) -> list[int]:
+    """Positions ``j`` of the ring hops ``members[j] -> members[j+1]`` that change host."""
+    slots = placement.slots
+    hosts = [slots[r].host for r in members]
+    return [j for j in range(len(hosts)) if hosts[j] != hosts[(j + 1) % len(hosts)]]
+
+
 def fabric_hops(
-    placement: Placement, members: Sequence[int], *, channel: int, rail_aligned: bool
+    placement: Placement,
+    members: Sequence[int],
+    *,
+    channel: int,
+    rail_aligned: bool,
+    cross: Sequence[int] | None = None,
 ) -> list[tuple[int, str, str, int]]:
     """The hops of a ring that cross the fabric: ``(j, src_nic, dst_nic, d)``.
 
     ``j`` is the hop's position (member ``j`` -> member ``j+1``), ``d`` how many hops back
-    the previous fabric hop sits (``len(members)`` when it is the only one).
+    the previous fabric hop sits (``len(members)`` when it is the only one). ``cross``
+    (from :func:`cross_hops`) saves recomputing the host changes for every channel.
     """
     m = len(members)
-    cross: list[tuple[int, str, str]] = []
-    for j in range(m):
-        a, b = members[j], members[(j + 1) % m]
-        ha, hb = placement.host(a), placement.host(b)
-        if ha == hb:
-            continue
-        if rail_aligned:
-            cross.append((j, placement.rail_nic(ha, channel), placement.rail_nic(hb, channel)))
-        else:
-            cross.append((j, placement.nic(a), placement.nic(b)))
+    slots = placement.slots
+    js = cross_hops(placement, members) if cross is None else cross
     out: list[tuple[int, str, str, int]] = []
-    for i, (j, s, t) in enumerate(cross):
-        prev_j = cross[i - 1][0]
-        d = (j - prev_j) % m or m
-        out.append((j, s, t, d))
+    for i, j in enumerate(js):
+        a, b = slots[members[j]], slots[members[(j + 1) % m]]
+        if rail_aligned:
+            s, t = placement.rail_nic(a.host, channel), placement.rail_nic(b.host, channel)
+        else:
+            s, t = a.nic, b.nic
+        out.append((j, s, t, (j - js[i - 1]) % m or m))
     return out
 
 
@@ -100,6 +108,7 @@ def add_ring(
     after: Sequence[int] = (),
     gap_ns: int = 0,
     tag: str = "ring",
+    cross: Sequence[int] | None = None,
 ) -> list[int]:
     """Append one ring channel's flows to ``fl``; return the ids of its last-step flows.
 
@@ -107,7 +116,7 @@ def add_ring(
     no hop crosses the fabric (all members on one host) nothing is added and ``after`` is
     returned, so callers can chain through an NVLink-only collective.
     """
-    hops = fabric_hops(placement, members, channel=channel, rail_aligned=rail_aligned)
+    hops = fabric_hops(placement, members, channel=channel, rail_aligned=rail_aligned, cross=cross)
     if not hops or steps <= 0:
         return list(after)
     pos = {j: i for i, (j, _, _, _) in enumerate(hops)}
@@ -156,11 +165,12 @@ def ring_collective(
     members = ring_order(placement, order)
     chunk = size_bytes / (ch * n)
     fl = FlowList()
+    cross = cross_hops(placement, members)
     hops_per_channel: list[int] = []
     for c in range(ch):
         before = len(fl)
         add_ring(fl, placement, members, steps=steps, chunk_bytes=chunk, channel=c,
-                 rail_aligned=rail_aligned, tag=f"ring-{collective}/ch{c}")
+                 rail_aligned=rail_aligned, tag=f"ring-{collective}/ch{c}", cross=cross)
         hops_per_channel.append((len(fl) - before) // steps)
     if not len(fl):
         raise WorkloadError(
@@ -213,11 +223,13 @@ def ring_steady_state(
     members = ring_order(placement, order)
     chunk = size_bytes / (ch * n)
     fl = FlowList()
+    cross = cross_hops(placement, members)
     bounds: list[tuple[int, int]] = []
     for c in range(ch):
         lo = len(fl)
         tag = f"ring-{collective}/ch{c}"
-        for _, s, t, _ in fabric_hops(placement, members, channel=c, rail_aligned=rail_aligned):
+        for _, s, t, _ in fabric_hops(placement, members, channel=c, rail_aligned=rail_aligned,
+                                      cross=cross):
             fl.add(s, t, chunk, tag=tag, src_port=connection_port(s, t, tag, c))
         bounds.append((lo, len(fl)))
     if not len(fl):
