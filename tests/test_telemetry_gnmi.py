@@ -19,7 +19,7 @@ from fabricscope.telemetry.codec import Flattener, to_proto_path
 from fabricscope.telemetry.collector import Collector
 from fabricscope.telemetry.config import parse_config
 from fabricscope.telemetry.detectors import DetectorSet
-from fabricscope.telemetry.paths import parse_path
+from fabricscope.telemetry.paths import match, parse_path
 from fabricscope.telemetry.sinks import MemorySink
 from fabricscope.telemetry.target import Credentials, GnmiTarget, TLSFiles
 
@@ -49,6 +49,14 @@ async def _collect(target: GnmiTarget, sub: dict[str, Any], duration: float, **k
     finally:
         await target.stop()
     return sink, col
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _names(sink: MemorySink) -> set[str]:
@@ -288,3 +296,44 @@ def test_subscribe_errors_reach_the_collector_as_status_codes() -> None:
     _, col = asyncio.run(_collect(GnmiTarget(tw), {"paths": [COUNTERS], "sample-interval": "1ms",
                                                     "stream-mode": "sample"}, 0.3))
     assert all(s.syncs >= 1 for s in col.stats.targets.values())  # 1 ms is the minimum, accepted
+
+
+@pytest.mark.slow
+def test_sharded_collector_splits_targets_over_processes_and_loses_nothing(tmp_path: Path) -> None:
+    from fabricscope.sim.faults import Fault, FaultSchedule
+    from fabricscope.telemetry.shards import ShardedCollector, shard_config
+    from fabricscope.telemetry.sinks import DuckDBSink
+
+    names = [d.id for d in FAB.switches]
+    tw = _twin()
+    now = WallClock().now_ns()
+    tw.set_faults(FaultSchedule.of([Fault("link-flap", "leaf-000:eth3|spine-00:eth1", now, None,
+                                          {"period_ns": 400_000_000})]))
+
+    async def scenario() -> tuple[ShardedCollector, int]:
+        target = GnmiTarget(tw)
+        port = _free_port()
+        cfg = parse_config({"targets": {"twin": {"address": f"127.0.0.1:{port}", "names": names}},
+                            "subscriptions": {"s": {"paths": ["/interfaces/interface[name=*]/state"],
+                                                    "sample-interval": "100ms"}},
+                            "detectors": {"link-flap": {}}, "workers": 2}, source="t.yaml")
+        assert [c.targets[0].names for c in shard_config(cfg, 2)] == [tuple(names[0::2]), tuple(names[1::2])]
+        col = ShardedCollector(cfg, workers=2, sinks=[DuckDBSink(str(tmp_path / "s.duckdb")), MemorySink()])
+        target.address = f"127.0.0.1:{port}"
+        await target.start()
+        try:
+            await col.run(duration_s=4.0)
+        finally:
+            await target.stop()
+        return col, target.updates_sent
+
+    col, sent = asyncio.run(scenario())
+    duck, mem = col.sinks
+    assert col.stats.written == duck.store.count() == len(mem.events)  # every received update, once
+    # only the last notification of each stream may still be on the wire when the workers stop
+    pat = parse_path("/interfaces/interface[name=*]/state")
+    per_note = max(sum(match(pat, parse_path(lf.path)) for lf in tw.leaves(n)) for n in names)
+    assert sent - len(names) * per_note <= col.stats.written <= sent
+    assert {k.split("/")[1] for k in col.stats.targets} == set(names)
+    assert ("link-flap", "leaf-000:eth3") in {(f.kind, f.subject) for f in duck.store.findings()}
+    col.close()

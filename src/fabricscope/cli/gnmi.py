@@ -167,6 +167,7 @@ def register(app: typer.Typer) -> None:
 
         from fabricscope.telemetry.collector import Collector
         from fabricscope.telemetry.config import load_config
+        from fabricscope.telemetry.shards import ShardedCollector
 
         cfg = load_config(config)
         console = Console(highlight=False)
@@ -175,9 +176,13 @@ def register(app: typer.Typer) -> None:
             for f in findings:
                 console.print(f"[bold red]{f.kind}[/] {f.subject} score={f.score:.2f} {'; '.join(f.evidence)}")
 
-        col = Collector(cfg, on_findings=show)
+        col: Collector | ShardedCollector
+        if cfg.workers > 1:
+            col = ShardedCollector(cfg, workers=cfg.workers, on_findings=show)
+        else:
+            col = Collector(cfg, on_findings=show)
         console.print(f"collecting from {len(cfg.targets)} target connection(s) "
-                      f"({sum(len(t.names) for t in cfg.targets)} devices); Ctrl-C to stop")
+                      f"({sum(len(t.names) for t in cfg.targets)} devices, {cfg.workers} worker(s)); Ctrl-C to stop")
         try:
             stats = asyncio.run(col.run(duration_s=duration))
         except KeyboardInterrupt:

@@ -50,18 +50,14 @@ _EV_SCHEMA = pa.schema([
 ])
 
 
-class TelemetryStore:
-    """One DuckDB file (``":memory:"`` for tests) with the telemetry and findings tables."""
+class EventTable:
+    """Builds Arrow tables in the ``telemetry`` schema from events (also used by collector shards)."""
 
-    def __init__(self, path: str | Path = ":memory:") -> None:
-        self.path = str(path)
-        try:
-            self.con = duckdb.connect(self.path)
-            self.con.execute(SCHEMA)
-        except duckdb.Error as exc:
-            raise TransportError(f"duckdb {self.path}: {exc}") from exc
+    def __init__(self) -> None:
         self._tags_json: dict[int, tuple[Mapping[str, str], str]] = {}
-        self.rows = 0
+
+    def __call__(self, events: Sequence[TelemetryEvent]) -> pa.Table:
+        return self.events_table(events)
 
     def _tags_column(self, tag_maps: list[Mapping[str, str]]) -> pa.Array:
         # Tag dicts are shared per leaf by the flattener: encode each distinct one once
@@ -85,9 +81,8 @@ class TelemetryStore:
         idx = pa.array([pos[i] for i in ids], pa.int32())
         return pa.DictionaryArray.from_arrays(idx, pa.array(labels, pa.string())).cast(pa.string())
 
-    def write_events(self, events: Sequence[TelemetryEvent]) -> None:
-        if not events:
-            return
+    def events_table(self, events: Sequence[TelemetryEvent]) -> pa.Table:
+        """The Arrow table of ``events`` in the ``telemetry`` schema."""
         values = list(map(_VALUE, events))
         kinds = set(map(type, values))
         if kinds <= {int, float}:  # the common case: all numeric
@@ -96,7 +91,7 @@ class TelemetryStore:
         else:
             num = pa.array([None if isinstance(v, bool | str) else float(v) for v in values], pa.float64())
             txt = pa.array([str(v) if isinstance(v, bool | str) else None for v in values], pa.string())
-        table = pa.Table.from_arrays([
+        return pa.Table.from_arrays([
             pa.array(list(map(_TS, events)), pa.int64()),
             pa.array(list(map(_TARGET, events)), pa.string()),
             pa.array(list(map(_NAME, events)), pa.string()),
@@ -104,13 +99,36 @@ class TelemetryStore:
             num,
             txt,
         ], schema=_EV_SCHEMA)
+
+
+class TelemetryStore:
+    """One DuckDB file (``":memory:"`` for tests) with the telemetry and findings tables."""
+
+    def __init__(self, path: str | Path = ":memory:") -> None:
+        self.path = str(path)
+        try:
+            self.con = duckdb.connect(self.path)
+            self.con.execute(SCHEMA)
+        except duckdb.Error as exc:
+            raise TransportError(f"duckdb {self.path}: {exc}") from exc
+        self.events_table = EventTable()
+        self.rows = 0
+
+    def write_events(self, events: Sequence[TelemetryEvent]) -> None:
+        if events:
+            self.write_table(self.events_table(events))
+
+    def write_table(self, table: pa.Table) -> None:
+        """Insert an Arrow table in the ``telemetry`` schema (one columnar insert)."""
+        if table.schema != _EV_SCHEMA:
+            raise TransportError(f"duckdb {self.path}: batch schema {table.schema} is not the telemetry schema")
         try:
             self.con.register("_batch", table)
             self.con.execute("INSERT INTO telemetry SELECT * FROM _batch")
             self.con.unregister("_batch")
         except duckdb.Error as exc:
             raise TransportError(f"duckdb {self.path}: insert failed: {exc}") from exc
-        self.rows += len(events)
+        self.rows += table.num_rows
 
     def write_findings(self, findings: Sequence[Finding]) -> None:
         if not findings:

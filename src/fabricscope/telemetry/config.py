@@ -31,6 +31,7 @@
       - {type: jsonl, path: "-"}
     buffer: {max-events: 1000000, batch: 20000, flush-interval: 200ms}
     backoff: {initial: 200ms, max: 30s}
+    workers: 2                           # collector processes (targets sharded; one DuckDB writer)
 
 Every error names the file, the field and the value (``collector.yaml: subscriptions.counters.mode:
 expected once|poll|stream, got 'streem'``).
@@ -134,6 +135,7 @@ class CollectorConfig:
     flush_interval_ns: int = 200_000_000
     backoff_initial_ns: int = 200_000_000
     backoff_max_ns: int = 30_000_000_000
+    workers: int = 1
     source: str = "<config>"
 
     def subscriptions_of(self, t: TargetConfig) -> tuple[SubscriptionConfig, ...]:
@@ -201,7 +203,8 @@ def parse_config(data: object, *, source: str = "<config>") -> CollectorConfig:
     """Validate a decoded YAML document into a :class:`CollectorConfig`."""
     src = source
     top = _mapping(src, "<top>", data)
-    _check_keys(src, "<top>", top, ("targets", "subscriptions", "processors", "detectors", "sinks", "buffer", "backoff"))
+    _check_keys(src, "<top>", top, ("targets", "subscriptions", "processors", "detectors", "sinks", "buffer", "backoff",
+                                    "workers"))
     subs: dict[str, SubscriptionConfig] = {}
     for name, raw in _mapping(src, "subscriptions", top.get("subscriptions")).items():
         w = f"subscriptions.{name}"
@@ -294,7 +297,8 @@ def parse_config(data: object, *, source: str = "<config>") -> CollectorConfig:
     _check_keys(src, "backoff", bo, ("initial", "max"))
     max_events = buf.get("max-events", 1_000_000)
     batch = buf.get("batch", 20_000)
-    for where, v in (("buffer.max-events", max_events), ("buffer.batch", batch)):
+    workers = top.get("workers", 1)
+    for where, v in (("buffer.max-events", max_events), ("buffer.batch", batch), ("workers", workers)):
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             raise ConfigError(f"{src}: {where}: expected a positive integer, got {v!r}")
     return CollectorConfig(
@@ -303,6 +307,7 @@ def parse_config(data: object, *, source: str = "<config>") -> CollectorConfig:
         flush_interval_ns=_dur(src, "buffer.flush-interval", buf.get("flush-interval", "200ms")),
         backoff_initial_ns=_dur(src, "backoff.initial", bo.get("initial", "200ms")),
         backoff_max_ns=_dur(src, "backoff.max", bo.get("max", "30s")),
+        workers=workers,
         source=src,
     )
 
