@@ -114,6 +114,7 @@ class ShardedCollector:
         self._lock = threading.Lock()
         self._ctx = mp.get_context("spawn")
         self._stop = self._ctx.Event()
+        self.pids: list[int] = []
 
     def _write_table(self, table: pa.Table) -> None:
         for s in self.sinks:
@@ -160,6 +161,7 @@ class ShardedCollector:
             parent, child = self._ctx.Pipe(duplex=False)
             p = self._ctx.Process(target=_worker, args=(cfg, child, duration_s, self._stop), daemon=True)
             p.start()
+            self.pids.append(p.pid or 0)
             child.close()
             th = threading.Thread(target=self._reader, args=(parent, errors), daemon=True)
             th.start()
