@@ -197,3 +197,24 @@ def test_jsonl_sink_writes_events_and_findings(tmp_path: Path) -> None:
     rows = [json.loads(x) for x in p.read_text().splitlines()]
     assert rows[0] == {"ts_ns": NS, "target": "leaf-1", "name": OCT, "tags": {"interface_name": "eth1"}, "value": 10}
     assert rows[1]["finding"] == "link-flap" and rows[1]["subject"] == "leaf-1:eth1"
+
+
+def test_aggregate_per_rail_from_the_inventory(tmp_path: Path) -> None:
+    from fabricscope.fabric.builders import rail_optimized_fabric
+    from fabricscope.fabric.io import write_fabric
+    from fabricscope.telemetry.collector import Collector
+    from fabricscope.telemetry.processors import group_labels
+
+    fab = rail_optimized_fabric(servers=4)
+    rails = group_labels(fab.switches, "rail")
+    assert rails["leaf-p0-r3-00"] == "3" and "spine-p0-00" not in rails
+    inv = tmp_path / "fabric.yaml"
+    write_fabric(fab, inv)
+    base = {"targets": {"t": {"address": "127.0.0.1:1"}}, "subscriptions": {"s": {"paths": ["/a"]}},
+            "processors": [{"type": "aggregate", "by": "rail", "names": [OCT]}]}
+    with pytest.raises(ConfigError, match=r"processors\[0\]\.groups"):
+        parse_config(base, source="c.yaml")
+    col = Collector(parse_config({**base, "inventory": str(inv)}, source="c.yaml"))
+    got = col.pipeline([ev(OCT, 1, 5, "leaf-p0-r3-00"), ev(OCT, 1, 7, "leaf-p0-r3-00", interface_name="eth2"),
+                        ev(OCT, 1, 1, "leaf-p0-r0-00")])
+    assert sorted((e.target, e.value) for e in got) == [("rail:0", 1.0), ("rail:3", 12.0)]

@@ -172,3 +172,11 @@ def test_bad_inputs() -> None:
         background_load(FAB, utilization=2.0)
     with pytest.raises(KeyError):
         _twin()[0].leaves("nope")
+
+
+def test_trimming_switch_counts_trimmed_packets_instead_of_discards() -> None:
+    tw, clock = _twin([Fault("congestion", UP, 0, None, {"load": 1.0})], trimming=True)
+    _run(tw, clock, 3)
+    q = "interface[interface-id=eth3]/queues/queue[name=3]/state"
+    assert _val(tw, "leaf-000", f"{q}/trimmed-pkts") > 0  # type: ignore[operator]
+    assert _val(tw, "leaf-000", "interface[name=eth3]/state/counters/out-discards") == 0

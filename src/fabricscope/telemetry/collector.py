@@ -31,7 +31,7 @@ from fabricscope.telemetry.codec import WireFlattener, to_proto_path
 from fabricscope.telemetry.config import CollectorConfig, SubscriptionConfig, TargetConfig
 from fabricscope.telemetry.detectors import DetectorSet, build_detector
 from fabricscope.telemetry.paths import parse_path
-from fabricscope.telemetry.processors import Pipeline, build_processor
+from fabricscope.telemetry.processors import Pipeline, ProcessorSpec, build_processor, group_labels
 from fabricscope.telemetry.sinks import Sink, build_sink
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,24 @@ def _read(path: str | None, what: str) -> bytes | None:
         raise ConfigError(f"{what}: cannot read {path!r}: {exc.strerror}") from exc
 
 
+def _with_groups(cfg: CollectorConfig) -> list[ProcessorSpec]:
+    """Processor specs with aggregate groups derived from the config's inventory where needed."""
+    out: list[ProcessorSpec] = []
+    fabric = None
+    for p in cfg.processors:
+        if p.type == "aggregate" and "groups" not in p.options:
+            if fabric is None:
+                from fabricscope.fabric.io import read_fabric
+
+                if cfg.inventory is None:
+                    raise ConfigError(f"{cfg.source}: processors: aggregate needs groups or an inventory")
+                fabric = read_fabric(cfg.inventory)
+            by = str(p.options.get("by", "rail"))
+            p = ProcessorSpec(p.type, {**p.options, "by": by, "groups": group_labels(fabric.devices.values(), by)})
+        out.append(p)
+    return out
+
+
 class Collector:
     """Run a :class:`CollectorConfig`. ``sinks``/``pipeline``/``detectors`` default to the config's."""
 
@@ -127,7 +145,7 @@ class Collector:
     ) -> None:
         self.cfg = config
         self.sinks = list(sinks) if sinks is not None else [build_sink(s.type, s.options) for s in config.sinks]
-        self.pipeline = pipeline or Pipeline([build_processor(p) for p in config.processors])
+        self.pipeline = pipeline or Pipeline([build_processor(p) for p in _with_groups(config)])
         self.detectors = detectors if detectors is not None else DetectorSet(
             [build_detector(k, v) for k, v in config.detectors.items()])
         self.on_findings = on_findings

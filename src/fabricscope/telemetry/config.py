@@ -32,6 +32,7 @@
     buffer: {max-events: 1000000, batch: 20000, flush-interval: 200ms}
     backoff: {initial: 200ms, max: 30s}
     workers: 2                           # collector processes (targets sharded; one DuckDB writer)
+    inventory: fabric.yaml               # lets 'aggregate' group by rail / plane / pod / tier
 
 Every error names the file, the field and the value (``collector.yaml: subscriptions.counters.mode:
 expected once|poll|stream, got 'streem'``).
@@ -136,6 +137,7 @@ class CollectorConfig:
     backoff_initial_ns: int = 200_000_000
     backoff_max_ns: int = 30_000_000_000
     workers: int = 1
+    inventory: str | None = None
     source: str = "<config>"
 
     def subscriptions_of(self, t: TargetConfig) -> tuple[SubscriptionConfig, ...]:
@@ -204,7 +206,7 @@ def parse_config(data: object, *, source: str = "<config>") -> CollectorConfig:
     src = source
     top = _mapping(src, "<top>", data)
     _check_keys(src, "<top>", top, ("targets", "subscriptions", "processors", "detectors", "sinks", "buffer", "backoff",
-                                    "workers"))
+                                    "workers", "inventory"))
     subs: dict[str, SubscriptionConfig] = {}
     for name, raw in _mapping(src, "subscriptions", top.get("subscriptions")).items():
         w = f"subscriptions.{name}"
@@ -271,7 +273,12 @@ def parse_config(data: object, *, source: str = "<config>") -> CollectorConfig:
             raise ConfigError(f"{src}: {w}.type: unknown processor {ptype!r}; choose from {', '.join(sorted(OPTIONS))}")
         _check_keys(src, w, d, OPTIONS[ptype])
         spec = ProcessorSpec(ptype, d)
-        build_processor(spec, source=f"{src}: {w}")  # validates option values now, not at start
+        if ptype == "aggregate" and "groups" not in d:
+            if not top.get("inventory"):
+                raise ConfigError(f"{src}: {w}.groups: give groups (device: label) or a top-level inventory file "
+                                  f"to group by {d.get('by', 'rail')!r}")
+            d = {**d, "groups": {}}  # resolved from the inventory when the collector starts
+        build_processor(ProcessorSpec(ptype, d), source=f"{src}: {w}")  # validates option values now
         procs.append(spec)
     dets = {str(k): dict(_mapping(src, f"detectors.{k}", v))
             for k, v in _mapping(src, "detectors", top.get("detectors")).items()}
@@ -308,6 +315,7 @@ def parse_config(data: object, *, source: str = "<config>") -> CollectorConfig:
         backoff_initial_ns=_dur(src, "backoff.initial", bo.get("initial", "200ms")),
         backoff_max_ns=_dur(src, "backoff.max", bo.get("max", "30s")),
         workers=workers,
+        inventory=str(top["inventory"]) if top.get("inventory") else None,
         source=src,
     )
 

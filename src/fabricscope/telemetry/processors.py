@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -252,6 +252,22 @@ class Aggregate:
         return out
 
 
+def group_labels(devices: Iterable[Any], by: str) -> dict[str, str]:
+    """Device id -> group label for :class:`Aggregate`: ``rail``, ``plane``, ``pod``, ``tier`` or ``role``.
+
+    ``devices`` are inventory devices (``fabricscope.fabric.Device``: ``id``, ``role``,
+    ``rail``, ``plane``, ``pod``, ``tier``); devices without the attribute are left out.
+    """
+    if by not in ("rail", "plane", "pod", "tier", "role"):
+        raise ConfigError(f"processor aggregate.by: expected rail|plane|pod|tier|role, got {by!r}")
+    out: dict[str, str] = {}
+    for d in devices:
+        v = getattr(d, by, None)
+        if v is not None:
+            out[str(d.id)] = str(v)
+    return out
+
+
 class Pipeline:
     """Processors applied in order."""
 
@@ -279,7 +295,11 @@ def _filter(o: Mapping[str, Any]) -> Processor:
 
 
 def _build_aggregate(o: Mapping[str, Any]) -> Processor:
-    return Aggregate(by=o.get("by", "group"), group_of=o.get("groups", {}), func=o.get("func", "sum"),
+    groups = o.get("groups")
+    if not isinstance(groups, Mapping):
+        raise ConfigError("processor aggregate.groups: a mapping device -> label is required "
+                          "(or give the collector an 'inventory' to derive rail/plane/pod/tier groups)")
+    return Aggregate(by=o.get("by", "group"), group_of=groups, func=o.get("func", "sum"),
                      names=o.get("names", ("*",)), keep_original=bool(o.get("keep-original", False)))
 
 
