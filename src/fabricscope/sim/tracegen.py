@@ -226,7 +226,8 @@ class EngineComm:
                 out[i] = 2 * (n - 1) / n * nbytes * 8.0 / NVLINK_BPS * 1e9 if len(members) > 1 else 0.0
                 continue
             try:
-                wl = ring_collective(self.placement.subset(members), nbytes, rail_aligned=False)
+                # NCCL on rail-optimized clusters runs one ring channel per rail (NIC).
+                wl = ring_collective(self.placement.subset(members), nbytes, rail_aligned=True)
             except WorkloadError:
                 out[i] = 0.0
                 continue
