@@ -110,10 +110,10 @@ def register(app: typer.Typer) -> None:
             store.close()
         else:
             errors: list[str] = []
-            rows = [s for p in jsonl for s, _st in read_jsonl(p, errors=errors)]
+            rows = [r for p in jsonl for r in read_jsonl(p, errors=errors)]
             for e in errors[:10]:
                 typer.secho(f"skipped {e}", err=True, fg=typer.colors.YELLOW)
-            obs = observations_from_samples(rows)
+            obs = observations_from_samples([s for s, _ in rows], [st for _, st in rows])
         if len(obs) and last > 0:
             t1 = int(obs.t_send_ns.max())
             obs = obs.window(t1 - int(last * 1e9), t1 + 1)

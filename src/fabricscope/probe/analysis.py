@@ -81,8 +81,10 @@ class Observations:
                         ANSWERED).astype(np.int64)
 
 
-def observations_from_samples(samples: Iterable[ProbeSample]) -> Observations:
-    """Columns from records (lost probes have ``t_recv_ns`` None)."""
+def observations_from_samples(samples: Iterable[ProbeSample],
+                              statuses: Iterable[int] | None = None) -> Observations:
+    """Columns from records (lost probes have ``t_recv_ns`` None); ``statuses`` optionally
+    says where each lost probe was lost (ANSWERED / REQUEST_LOST / REPLY_LOST / LOST_UNKNOWN)."""
     index: dict[FlowKey, int] = {}
     flows: list[FlowKey] = []
     cols: list[tuple[int, int, int, int, int]] = []
@@ -98,7 +100,8 @@ def observations_from_samples(samples: Iterable[ProbeSample]) -> Observations:
                      LOST if lost or s.t_resp_tx_ns is None else s.t_resp_tx_ns,
                      LOST if s.t_recv_ns is None else s.t_recv_ns))
     arr = np.asarray(cols, dtype=np.int64).reshape(-1, 5)
-    return Observations(flows, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4])
+    st = None if statuses is None else np.fromiter(statuses, dtype=np.int64, count=arr.shape[0])
+    return Observations(flows, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4], st)
 
 
 def _group_median(keys: I64, values: F64, n_groups: int) -> F64:
