@@ -57,14 +57,20 @@ def test_slow_nic_through_the_flow_engine(fabric: Fabric) -> None:
 
 
 def test_engine_and_alpha_beta_agree_on_comm_time(fabric: Fabric) -> None:
-    # Same seed, no fault: the two communication models give the same DP all-reduce time
-    # within 10 % (ring on otherwise idle rail-aligned paths is the alpha-beta case).
+    # A pipeline hop is one flow on an idle path: the engine's max-min time and the
+    # alpha-beta time S/B + alpha differ only by the engine's propagation/store-and-forward
+    # terms (microseconds against ~340 us), so within 5 %. The DP ring runs one channel per
+    # rail on the engine (NCCL on rail-optimized fabrics), so it can only be faster than
+    # alpha-beta's single-NIC ring.
     a = generate_trace(fabric, JOB, comm="alpha-beta", seed=1)
     e = generate_trace(fabric, JOB, comm="engine", seed=1)
-    dpar = a.op_names.index("dp-allreduce")
-    ta = float(np.median((a.end - a.start)[a.op == dpar]))
-    te = float(np.median((e.end - e.start)[e.op == dpar]))
-    assert abs(ta - te) / te < 0.10
+
+    def med(tr: TwinTrace, op: str) -> float:
+        k = tr.op_names.index(op)
+        return float(np.median((tr.end - tr.start)[tr.op == k]))
+
+    assert abs(med(a, "forward-send") - med(e, "forward-send")) / med(a, "forward-send") < 0.05
+    assert med(e, "dp-allreduce") <= med(a, "dp-allreduce") * 1.05
 
 
 @pytest.mark.parametrize("seed", range(6))
