@@ -20,6 +20,7 @@ import asyncio
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -216,6 +217,7 @@ def _child_mem(port: int, names: list[str]) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="shorter windows, fewer scaling points")
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds of ours / sharded / pygnmi")
     a = ap.parse_args()
     warm, secs = (3.0, 4.0) if a.quick else (4.0, 8.0)
     results: dict[str, object] = {"benchmark": "telemetry end-to-end", "machine": platform.platform(),
@@ -226,36 +228,47 @@ def main() -> None:
     names = _switch_names(topo)
     server = TwinServer(topo)
     try:
-        e2e = _collect(server.port, names, "100ms", warm, secs, "duckdb", server=server)
-        print(f"end-to-end (twin target -> collector -> DuckDB, {len(names)} targets, '/' every 100 ms):")
-        print(f"  {e2e['rate']:,.0f} updates/s wall, {e2e['rate_per_cpu_s']:,.0f} per collector CPU-second "
-              f"(collector CPU {e2e['cpu_s'] / e2e['wall_s']:.0%}, target CPU {e2e['target_cpu_s'] / e2e['wall_s']:.0%})")
-        results["end_to_end"] = {**e2e, "targets": len(names), "sample_interval": "100ms", "sink": "duckdb"}
-        sh = _collect_sharded(server.port, names, "100ms", warm, secs, 2, server)
-        print(f"  sharded, 2 worker processes + 1 DuckDB writer: {sh['rate']:,.0f} updates/s wall, "
-              f"{sh['rate_per_cpu_s']:,.0f} per collector CPU-second (all processes; target CPU "
-              f"{sh['target_cpu_s'] / sh['wall_s']:.0%})")
-        results["end_to_end_sharded"] = {**sh, "targets": len(names), "sample_interval": "100ms", "sink": "duckdb"}
+        print(f"end-to-end (twin target -> collector -> DuckDB, {len(names)} targets, '/' every 100 ms), "
+              f"{a.repeat} interleaved rounds:")
         py = _pygnmi_python()
-        if py is None:
-            print("  pygnmi: cannot install pygnmi==0.8.15 here; skipped")
-            results["pygnmi"] = None
-        else:
-            s0 = server.cpu()
-            r = subprocess.run([str(py), "-c", PYGNMI_LOOP, str(server.port), ",".join(names), "100000000",
-                                str(warm), str(secs)], capture_output=True, text=True, timeout=300,
-                               env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-            if r.returncode != 0:
-                raise RuntimeError(r.stderr[-2000:])
-            pg = json.loads(r.stdout.strip().splitlines()[-1])
-            pg["rate"] = pg["updates"] / pg["wall_s"]
-            pg["rate_per_cpu_s"] = pg["updates"] / max(pg["cpu_s"], 1e-9)
-            pg["target_cpu_s"] = server.cpu() - s0
-            ratio = e2e["rate"] / pg["rate"]
-            ratio_cpu = e2e["rate_per_cpu_s"] / pg["rate_per_cpu_s"]
-            print(f"  pygnmi 0.8.15 subscribe loop (JSON values, parse only): {pg['rate']:,.0f} updates/s wall, "
-                  f"{pg['rate_per_cpu_s']:,.0f} per CPU-second -> ours / pygnmi = {ratio:.1f}x wall, {ratio_cpu:.1f}x per CPU")
-            results["pygnmi"] = {**pg, "ratio_wall": ratio, "ratio_per_cpu": ratio_cpu}
+        runs: dict[str, list[dict[str, float]]] = {"single": [], "sharded2": [], "pygnmi": []}
+        for rnd in range(a.repeat):
+            e2e = _collect(server.port, names, "100ms", warm, secs, "duckdb", server=server)
+            runs["single"].append(e2e)
+            sh = _collect_sharded(server.port, names, "100ms", warm, secs, 2, server)
+            runs["sharded2"].append(sh)
+            line = (f"  round {rnd + 1}: single process {e2e['rate']:,.0f}/s wall ({e2e['rate_per_cpu_s']:,.0f} per "
+                    f"CPU-s, got {e2e['cpu_s'] / e2e['wall_s']:.0%} CPU); 2 workers {sh['rate']:,.0f}/s "
+                    f"({sh['rate_per_cpu_s']:,.0f} per CPU-s)")
+            if py is not None:
+                s0 = server.cpu()
+                r = subprocess.run([str(py), "-c", PYGNMI_LOOP, str(server.port), ",".join(names), "100000000",
+                                    str(warm), str(secs)], capture_output=True, text=True, timeout=300,
+                                   env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+                if r.returncode != 0:
+                    raise RuntimeError(r.stderr[-2000:])
+                pg = json.loads(r.stdout.strip().splitlines()[-1])
+                pg["rate"] = pg["updates"] / pg["wall_s"]
+                pg["rate_per_cpu_s"] = pg["updates"] / max(pg["cpu_s"], 1e-9)
+                pg["target_cpu_s"] = server.cpu() - s0
+                runs["pygnmi"].append(pg)
+                line += f"; pygnmi {pg['rate']:,.0f}/s ({pg['rate_per_cpu_s']:,.0f} per CPU-s)"
+            print(line + f"; load {os.getloadavg()[0]:.1f}")
+
+        def med(rows: list[dict[str, float]], k: str) -> float:
+            return float(statistics.median(r[k] for r in rows)) if rows else float("nan")
+
+        summary = {k: {"rate": med(v, "rate"), "rate_per_cpu_s": med(v, "rate_per_cpu_s")} for k, v in runs.items()}
+        if runs["pygnmi"]:
+            for k in ("single", "sharded2"):
+                summary[k]["ratio_wall_vs_pygnmi"] = summary[k]["rate"] / summary["pygnmi"]["rate"]
+                summary[k]["ratio_per_cpu_vs_pygnmi"] = summary[k]["rate_per_cpu_s"] / summary["pygnmi"]["rate_per_cpu_s"]
+        for k, v in summary.items():
+            extra = (f", {v['ratio_wall_vs_pygnmi']:.1f}x pygnmi wall, {v['ratio_per_cpu_vs_pygnmi']:.1f}x per CPU"
+                     if "ratio_wall_vs_pygnmi" in v else "")
+            print(f"  median {k:<9}: {v['rate']:,.0f} updates/s wall, {v['rate_per_cpu_s']:,.0f} per CPU-second{extra}")
+        results["end_to_end"] = {"targets": len(names), "sample_interval": "100ms", "sink": "duckdb",
+                                 "runs": runs, "median": summary}
 
         # 3: memory per 1,000 subscribed paths
         small, big = names[:4], names
