@@ -136,6 +136,7 @@ class GnmiTarget:
         self.bytes_sent = 0
         self.updates_sent = 0
         self._last_sync = -1.0
+        self._ts = 0
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> int:
