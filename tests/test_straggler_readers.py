@@ -173,3 +173,11 @@ def test_kineto_rank_from_file_name_and_bad_event() -> None:
     assert any("event 2" in w for w in res.warnings)
     with pytest.raises(TraceFormatError, match="cannot tell the rank"):
         parse_kineto(obj, source="/x/trace.json")
+
+
+def test_two_whole_jobs_are_refused(tmp_path: Path) -> None:
+    for job in ("a", "b"):
+        recs = [OpTiming(job, 0, 0, "forward-compute", (), 0, 0, 10)]
+        (tmp_path / f"{job}.jsonl").write_text(format_compact_lines(table_from_records(recs)))
+    with pytest.raises(TraceFormatError, match="several jobs"):
+        read_paths([tmp_path])

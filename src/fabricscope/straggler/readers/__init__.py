@@ -102,6 +102,7 @@ def read_paths(paths: Iterable[str | Path]) -> ReadResult:
     world = 0
     meta: dict[str, object] = {}
     files = expand(paths)
+    table_files: list[Path] = []
     if not files:
         raise TraceFormatError(f"no trace files found under {', '.join(map(str, paths))}")
     for f in files:
@@ -113,6 +114,7 @@ def read_paths(paths: Iterable[str | Path]) -> ReadResult:
         if len(res.table) == 0:
             unused.append(f"{f}: no usable operators")
         tables.append(res.table)
+        table_files.append(f)
         warnings.extend(res.warnings)
         unused.extend(res.unused)
         world = max(world, int(str(res.meta.get("world_size", 0) or 0)))
@@ -121,6 +123,12 @@ def read_paths(paths: Iterable[str | Path]) -> ReadResult:
                 meta.setdefault(k, v)
     if not tables:
         raise TraceFormatError("no readable trace files: " + "; ".join(unused))
+    # Kineto files are one rank each; any other file is a whole job. Two whole jobs share
+    # rank numbers, so mixing them would be nonsense.
+    whole = [(f, t.job) for f, t in zip(table_files, tables, strict=True) if _kind(f) != "kineto"]
+    if len({j for _, j in whole}) > 1:
+        names = ", ".join(f"{f.name} ({j})" for f, j in whole[:6])
+        raise TraceFormatError(f"several jobs given ({names}): analyze one job at a time")
     job = tables[0].job if len(tables) == 1 else (files[0].parent.name or tables[0].job)
     if job in ("kineto", "traces", "."):
         job = files[0].parent.parent.name or job
