@@ -88,5 +88,5 @@ def test_pure_python_kernel_matches_compiled() -> None:
     cap = rng.choice([1.0, 2.0], size=10)
     r = np.full(40, np.inf)
     _water_fill(a.indptr.astype(np.int64), a.indices.astype(np.int64), a.data, at.indptr.astype(np.int64),
-                at.indices.astype(np.int64), cap.copy(), r)
+                at.indices.astype(np.int64), cap.copy(), r, np.zeros(40, dtype=bool))
     np.testing.assert_allclose(r, max_min_rates(a, cap, method="heap"), rtol=1e-12)

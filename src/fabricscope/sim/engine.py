@@ -38,7 +38,7 @@ from fabricscope.sim.loadbalance import (
     check_scheme,
     route_flows,
 )
-from fabricscope.sim.maxmin import max_min_rates
+from fabricscope.sim.maxmin import IncidenceSolver, max_min_rates
 from fabricscope.sim.results import SimResult, Utilization
 
 FloatArray = npt.NDArray[np.float64]
@@ -296,9 +296,9 @@ class _Engine:
         tot = np.bincount(rows, weights=tab.weights * ser, minlength=self.n)
         hops_w = np.bincount(rows, weights=tab.weights, minlength=self.n)
         self.sf_ns[:] = np.where(hops_w > 0, tot - tot / np.maximum(hops_w, 1e-12), 0.0)
-        self.matrix = csr_matrix(
+        self.solver = IncidenceSolver(csr_matrix(
             (tab.weights, tab.edges, tab.indptr), shape=(self.n, self.ix.n_edges)
-        )
+        ))
 
     # .............................................................. rates
     def _solve(self, active: IntArray) -> None:
@@ -306,18 +306,27 @@ class _Engine:
         if active.shape[0] == 0:
             return
         if self.table is not None:
-            a = self.matrix[active]
-        else:
-            rows = [self.routes[int(j)] for j in active]
-            lens = np.array([r[0].shape[0] for r in rows], dtype=np.int64)
-            ptr = np.zeros(active.shape[0] + 1, np.int64)
-            np.cumsum(lens, out=ptr[1:])
-            a = csr_matrix(
-                (np.concatenate([r[1] for r in rows]), np.concatenate([r[0] for r in rows]), ptr),
-                shape=(active.shape[0], self.ix.n_edges),
-            )
+            mask = np.zeros(self.n, dtype=bool)
+            mask[active] = True
+            self.rate[active] = self.solver.solve(mask, self.capacity)[active]
+            self._active_mask = mask
+            return
+        rows = [self.routes[int(j)] for j in active]
+        lens = np.array([r[0].shape[0] for r in rows], dtype=np.int64)
+        ptr = np.zeros(active.shape[0] + 1, np.int64)
+        np.cumsum(lens, out=ptr[1:])
+        a = csr_matrix(
+            (np.concatenate([r[1] for r in rows]), np.concatenate([r[0] for r in rows]), ptr),
+            shape=(active.shape[0], self.ix.n_edges),
+        )
         self._a = a
         self.rate[active] = max_min_rates(a, self.capacity)
+
+    def _loads(self, active: IntArray) -> FloatArray:
+        """Load per directed link (bits/s) of the active flows at their current rates."""
+        if self.table is not None:
+            return self.solver.loads(np.where(self._active_mask, self.rate, 0.0))
+        return np.asarray(self._a.T @ self.rate[active], dtype=np.float64)
 
     # .............................................................. run
     def run(self, *, record: bool, progress: Progress | None) -> tuple[Utilization | None, float]:
@@ -416,7 +425,7 @@ class _Engine:
                 raise WorkloadError("simulation stalled: active flows have zero rate (no capacity)")
             step = tn - t
             if record and step > 0:
-                load = np.asarray(self._a.T @ r)
+                load = self._loads(active)
                 nz = np.flatnonzero(load)
                 u_t0.append(t)
                 u_t1.append(tn)
@@ -648,7 +657,7 @@ def steady_state_rates(
     nic_out = np.bincount(ix.src[up], weights=eng.capacity[up], minlength=ix.n_nodes)
     nic_in = np.bincount(ix.dst[down], weights=eng.capacity[down], minlength=ix.n_nodes)
     ideal = np.minimum(nic_out[eng.src], nic_in[eng.dst])
-    load = np.asarray(eng._a.T @ eng.rate[good]) if good.shape[0] else np.zeros(ix.n_edges)
+    load = eng._loads(good) if good.shape[0] else np.zeros(ix.n_edges)
     return SteadyState(
         flow_ids=np.array([f.id for f in specs], dtype=np.int64),
         rates_bps=rates,

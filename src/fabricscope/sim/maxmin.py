@@ -127,23 +127,26 @@ def max_min_rates(
 def _water_fill(
     f_ptr: npt.NDArray[np.int64], f_idx: npt.NDArray[np.int64], f_w: FloatArray,
     l_ptr: npt.NDArray[np.int64], l_idx: npt.NDArray[np.int64], cap: FloatArray, rates: FloatArray,
+    frozen: npt.NDArray[np.bool_],
 ) -> None:
     """Sequential progressive filling: repeatedly saturate the link with the smallest share.
 
     Shares ``rem / W`` only grow while filling, so a heap entry is a lower bound and a stale
     one is re-pushed when popped (lazy update): each (flow, link) pair is touched once.
-    Written in the numba-compatible subset; runs as plain Python when numba is absent.
+    Flows with ``frozen[f]`` set on entry are ignored (not active); ``rates`` is written for
+    the others. Written in the numba-compatible subset; runs as plain Python without numba.
     """
     n_links = cap.shape[0]
     n = f_ptr.shape[0] - 1
     weight = np.zeros(n_links)
     count = np.zeros(n_links, dtype=np.int64)
     for f in range(n):
+        if frozen[f]:
+            continue
         for k in range(f_ptr[f], f_ptr[f + 1]):
             weight[f_idx[k]] += f_w[k]
             count[f_idx[k]] += 1
     rem = cap.copy()
-    frozen = np.zeros(n, dtype=np.bool_)
     heap = [(np.inf, np.int64(0))]
     heap.pop()
     for m in range(n_links):
@@ -186,13 +189,53 @@ def _heap_kernel() -> _Kernel | None:
 
 
 def _max_min_heap(a: csr_matrix, cap: FloatArray, rates: FloatArray) -> FloatArray:
-    at = a.T.tocsr()
-    kernel = _heap_kernel() or _water_fill
-    kernel(
-        a.indptr.astype(np.int64), a.indices.astype(np.int64), a.data.astype(np.float64),
-        at.indptr.astype(np.int64), at.indices.astype(np.int64), cap.copy(), rates,
-    )
-    return rates
+    solver = IncidenceSolver(a)
+    empty = np.diff(solver.f_ptr) == 0
+    out = solver.solve(~empty, cap)
+    out[empty] = rates[empty]
+    return out
+
+
+class IncidenceSolver:
+    """Max-min rates for changing subsets of the rows of one fixed incidence matrix.
+
+    The engine routes every flow once; at each event only the set of active flows changes.
+    Keeping the CSR and its transpose (and passing an activity mask to the kernel) avoids
+    slicing a million-row matrix at every event: a solve costs O(active nnz + links log links).
+    """
+
+    def __init__(self, incidence: csr_matrix) -> None:
+        a = incidence.tocsr()
+        a.sum_duplicates()
+        self.shape = a.shape
+        self.matrix = a
+        self.f_ptr = a.indptr.astype(np.int64)
+        self.f_idx = a.indices.astype(np.int64)
+        self.f_w = a.data.astype(np.float64)
+        at = a.T.tocsr()
+        self.transpose = at
+        self.l_ptr = at.indptr.astype(np.int64)
+        self.l_idx = at.indices.astype(np.int64)
+
+    def solve(self, active: npt.NDArray[np.bool_], capacity: FloatArray) -> FloatArray:
+        """Rates of the active rows (0 for inactive rows; inf for active empty rows)."""
+        n = self.shape[0]
+        rates = np.zeros(n, dtype=np.float64)
+        rates[active & (np.diff(self.f_ptr) == 0)] = np.inf
+        kernel = _heap_kernel()
+        if kernel is None:  # no numba: the vectorized rounds on the active sub-matrix
+            idx = np.flatnonzero(active)
+            rates[idx] = max_min_rates(self.matrix[idx], capacity, method="rounds")
+            return rates
+        frozen = ~active | (np.diff(self.f_ptr) == 0)
+        kernel(self.f_ptr, self.f_idx, self.f_w, self.l_ptr, self.l_idx,
+               np.asarray(capacity, dtype=np.float64).copy(), rates, frozen)
+        return rates
+
+    def loads(self, rates: FloatArray) -> FloatArray:
+        """Load per link of the given per-row rates (non-finite rates count as 0)."""
+        r = np.where(np.isfinite(rates), rates, 0.0)
+        return np.asarray(self.transpose @ r, dtype=np.float64)
 
 
 def link_loads(incidence: csr_matrix, rates: FloatArray) -> FloatArray:
