@@ -317,3 +317,19 @@ def analyze(
     out = hosts + estimates_to_findings(est, window, method=method)
     out.sort(key=lambda f: -float(f.details.get("strength", 0.0)))
     return out
+
+
+def common_window(obs: Observations, *, margin_ns: int = 2_000_000_000) -> tuple[int, int]:
+    """The send-time range in which every prober was running, shrunk by ``margin_ns`` at
+    both ends: agents that start or stop at different times make probes to a responder that
+    is not (or no longer) there look lost, which is not a network fault."""
+    if len(obs) == 0:
+        return (0, 0)
+    src_of_flow = np.unique(np.array([s for s, _, _ in obs.flows], dtype=object), return_inverse=True)[1]
+    src = src_of_flow.reshape(-1)[obs.flow]
+    n = int(src.max()) + 1
+    first = np.full(n, np.iinfo(np.int64).max)
+    last = np.full(n, np.iinfo(np.int64).min)
+    np.minimum.at(first, src, obs.t_send_ns)
+    np.maximum.at(last, src, obs.t_send_ns)
+    return int(first.max()) + margin_ns, int(last.min()) - margin_ns
