@@ -88,6 +88,8 @@ def register(app: typer.Typer) -> None:
         method: str = typer.Option("map", help="map (default) or 007"),
         last: float = typer.Option(0.0, help="only the last N seconds of samples (0: all)"),
         paths: Path | None = typer.Option(None, help="traceroute path cache (JSON)"),
+        steady: bool = typer.Option(True, help="only the window in which every prober was running "
+                                    "(agents starting/stopping at different times look like loss)"),
         as_json: bool = typer.Option(False, "--json", help="print findings as JSON"),
     ) -> None:
         from rich.console import Console
@@ -95,7 +97,7 @@ def register(app: typer.Typer) -> None:
 
         from fabricscope.fabric.io import read_fabric
         from fabricscope.model.errors import ConfigError
-        from fabricscope.probe.analysis import observations_from_samples
+        from fabricscope.probe.analysis import common_window, observations_from_samples
         from fabricscope.service.probe_live import analyze_observations, read_paths
         from fabricscope.store.probes import ProbeStore, read_jsonl
 
@@ -114,6 +116,8 @@ def register(app: typer.Typer) -> None:
             for e in errors[:10]:
                 typer.secho(f"skipped {e}", err=True, fg=typer.colors.YELLOW)
             obs = observations_from_samples([s for s, _ in rows], [st for _, st in rows])
+        if len(obs) and steady and len({s for s, _, _ in obs.flows}) > 1:
+            obs = obs.window(*common_window(obs, margin_ns=2_000_000_000))
         if len(obs) and last > 0:
             t1 = int(obs.t_send_ns.max())
             obs = obs.window(t1 - int(last * 1e9), t1 + 1)
