@@ -177,3 +177,23 @@ def test_utilization_and_hottest_links() -> None:
     path = Routing(fab).path(a, b)
     assert {h["link"] for h in hot} == set(Routing(fab).edge_ids(path))
     assert all(h["mean_util"] == pytest.approx(1.0) for h in hot)
+
+
+def test_compacted_solver_gives_the_same_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine compacts its incidence matrix once most flows are done (million-flow
+    runs); forcing it on a small run must not change any completion time."""
+    import fabricscope.sim.engine as engine
+
+    fab = fat_tree_fabric(k=8)
+    nics = [n.id for n in fab.nics]
+    rng = np.random.default_rng(5)
+    w = Workload("mix", tuple(
+        FlowSpec(i, nics[int(a)], nics[int(b)], float(rng.integers(1, 20)) * 1e5)
+        for i, (a, b) in enumerate(zip(rng.integers(0, 128, 600), rng.integers(0, 128, 600), strict=True)) if a != b
+    ))
+    ref = simulate(fab, w)
+    monkeypatch.setattr(engine, "COMPACT_MIN_ROWS", 0)
+    got = simulate(fab, w)
+    np.testing.assert_allclose(got.fct_ns, ref.fct_ns, rtol=1e-9)
+    assert got.utilization is not None and ref.utilization is not None
+    np.testing.assert_allclose(got.utilization.mean_utilization(), ref.utilization.mean_utilization(), rtol=1e-9, atol=1e-12)

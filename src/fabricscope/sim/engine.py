@@ -25,7 +25,7 @@ import numpy.typing as npt
 from scipy.sparse import csr_matrix
 
 from fabricscope.fabric.hashing import HashConfig
-from fabricscope.fabric.inventory import Fabric, port_device
+from fabricscope.fabric.inventory import Fabric
 from fabricscope.fabric.routing import Routing
 from fabricscope.model.errors import ConfigError, InventoryError, WorkloadError
 from fabricscope.sim.faults import Fault, FaultSchedule
@@ -49,6 +49,7 @@ Progress = Callable[[int, int], None]  # (flows finished, total)
 _BASE_SPORT = 49152
 LINK_FAULTS = frozenset({"link-down", "link-degraded"})
 FLOWLET_SLACK = 0.25
+COMPACT_MIN_ROWS = 4096  # below this, re-solving the whole matrix is cheaper than compacting
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +300,9 @@ class _Engine:
         self.solver = IncidenceSolver(csr_matrix(
             (tab.weights, tab.edges, tab.indptr), shape=(self.n, self.ix.n_edges)
         ))
+        # Rows of the solver (global flow indices) and the inverse map; compacted as flows end.
+        self.solver_rows = np.arange(self.n, dtype=np.int64)
+        self.local = np.arange(self.n, dtype=np.int64)
 
     # .............................................................. rates
     def _solve(self, active: IntArray) -> None:
@@ -306,9 +310,17 @@ class _Engine:
         if active.shape[0] == 0:
             return
         if self.table is not None:
-            mask = np.zeros(self.n, dtype=bool)
-            mask[active] = True
-            self.rate[active] = self.solver.solve(mask, self.capacity)[active]
+            if active.shape[0] * 2 < self.solver_rows.shape[0] > COMPACT_MIN_ROWS:
+                # Most rows are finished: solve on a compacted matrix from now on.
+                keep = np.sort(active)
+                self.solver = self.solver.subset(self.local[keep])
+                self.solver_rows = keep
+                self.local = np.full(self.n, -1, dtype=np.int64)
+                self.local[keep] = np.arange(keep.shape[0])
+            mask = np.zeros(self.solver_rows.shape[0], dtype=bool)
+            loc = self.local[active]
+            mask[loc] = True
+            self.rate[active] = self.solver.solve(mask, self.capacity)[loc]
             self._active_mask = mask
             return
         rows = [self.routes[int(j)] for j in active]
@@ -325,7 +337,7 @@ class _Engine:
     def _loads(self, active: IntArray) -> FloatArray:
         """Load per directed link (bits/s) of the active flows at their current rates."""
         if self.table is not None:
-            return self.solver.loads(np.where(self._active_mask, self.rate, 0.0))
+            return self.solver.loads(np.where(self._active_mask, self.rate[self.solver_rows], 0.0))
         return np.asarray(self._a.T @ self.rate[active], dtype=np.float64)
 
     # .............................................................. run
@@ -666,8 +678,3 @@ def steady_state_rates(
         capacity_bps=eng.capacity.copy(),
         unroutable=tuple(specs[int(j)].id for j in np.flatnonzero(bad)),
     )
-
-
-def nic_port_device(port: str) -> str:  # small helper for reports
-    """The device of a port id (re-exported for service code)."""
-    return port_device(port)

@@ -217,6 +217,10 @@ class IncidenceSolver:
         self.l_ptr = at.indptr.astype(np.int64)
         self.l_idx = at.indices.astype(np.int64)
 
+    def subset(self, rows: npt.NDArray[np.int64]) -> IncidenceSolver:
+        """A solver over ``rows`` only (the engine compacts when most flows are done)."""
+        return IncidenceSolver(self.matrix[rows])
+
     def solve(self, active: npt.NDArray[np.bool_], capacity: FloatArray) -> FloatArray:
         """Rates of the active rows (0 for inactive rows; inf for active empty rows)."""
         n = self.shape[0]
