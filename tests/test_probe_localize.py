@@ -124,3 +124,21 @@ def test_loss_estimate_tolerance_is_statistical() -> None:
               + np.asarray(rev[:, 20].T @ np.bincount(obs.flow, minlength=rev.shape[0])).sum())
     sd = (loss * (1 - loss) / n) ** 0.5
     assert abs(float(f.details["loss"]) - loss) < 5 * sd + 0.002
+
+
+def test_link_delay_is_localized_from_rtt_against_learned_baseline() -> None:
+    m = mesh()
+    ix = m.fabric.index
+    base = Baseline(loss_per_hop=1e-5)
+    warm = m.probe(m.transport_for(FaultSchedule(), 21), start_ns=0, duration_ns=10**10, seed=22)
+    base.learn(warm, hops=m.hops, track_rtt=True)
+    up = next(e for e in range(ix.n_edges)
+              if ix.node_ids[int(ix.src[e])].startswith("leaf") and ix.node_ids[int(ix.dst[e])].startswith("spine"))
+    fault = Fault("link-delay", ix.edge_id(up), params={"delay_ns": 200_000})
+    obs = m.probe(m.transport_for(FaultSchedule.of([fault]), 23), start_ns=0, duration_ns=10**10, seed=24)
+    found = analyze(m.fabric, m.model, obs, base)
+    assert found and (found[0].kind, found[0].subject) == ("slow-link", ix.edge_id(up))
+    assert 150_000 < float(found[0].details["added_delay_ns"]) < 250_000
+    # Without the delay: nothing.
+    clean = m.probe(m.transport_for(FaultSchedule(), 25), start_ns=0, duration_ns=10**10, seed=26)
+    assert analyze(m.fabric, m.model, clean, base) == []

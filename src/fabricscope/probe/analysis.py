@@ -270,6 +270,64 @@ def host_findings(
     return out
 
 
+_SLOW_KIND = {"gray-link": "slow-link", "switch-fault": "slow-switch", "nic-fault": "slow-nic"}
+
+
+def delay_findings(
+    fabric: Fabric,
+    model: PathModel,
+    obs: Observations,
+    baseline: Baseline,
+    *,
+    min_delay_ns: float = 20_000.0,
+    min_answers: int = 3,
+    alpha: float = 1e-4,
+    exclude: npt.NDArray[np.bool_] | None = None,
+) -> list[Finding]:
+    """Links / devices that add latency: flows whose median network RTT exceeds their
+    learned baseline by ``min_delay_ns`` are "slow"; the same sparse MAP localizer explains
+    the set of slow flows (one Bernoulli trial per flow, round trip), and the added delay is
+    the median excess of the slow flows through the chosen component.
+
+    Needs per-flow RTT baselines (``Baseline.learn(track_rtt=True)``); responder time is
+    already removed from RTT, so a CPU-starved host never shows up here.
+    """
+    st = flow_stats(obs)
+    base = np.array([baseline.rtt_ns.get(k, np.nan) for k in obs.flows])
+    answered = st.sent - st.lost
+    excess = st.rtt_ns - base
+    valid = np.isfinite(excess) & (answered >= min_answers)
+    if exclude is not None:
+        valid &= ~exclude
+    slow = valid & (excess > min_delay_ns)
+    if not slow.any():
+        return []
+    counts = LossCounts(obs.flows, valid.astype(np.int64), slow.astype(np.int64))
+    # A healthy flow looks "slow" rarely (jitter); 1e-3 per hop is that rate's prior.
+    est = localize_map(model, counts, loss_per_hop=1e-3, alpha=alpha, min_loss=0.3)
+    if not est:
+        return []
+    rows = model.rows(obs.flows)
+    AF, AR = model.matrices
+    window = (int(obs.t_send_ns.min()), int(obs.t_send_ns.max()))
+    out: list[Finding] = []
+    for e in est:
+        through = (np.asarray(AF[rows][:, e.component].todense()).ravel()
+                   + np.asarray(AR[rows][:, e.component].todense()).ravel()) > 0
+        sel = through & slow
+        added = float(np.median(excess[sel])) if sel.any() else 0.0
+        out.append(Finding(
+            kind=_SLOW_KIND.get(e.kind, e.kind), subject=e.subject, score=round(e.score, 6),
+            window=window,
+            evidence=(f"{int(sel.sum())} of {int((through & valid).sum())} probe flows through it "
+                      f"are slower than their baseline by > {min_delay_ns / 1e3:.0f} us",),
+            action="check this link/device for congestion, a flapping optic or a slow path",
+            details={"added_delay_ns": added, "slow_fraction": e.loss, "strength": e.llr,
+                     "method": "map"},
+        ))
+    return out
+
+
 def rtt_excess(obs: Observations, baseline: Baseline) -> F64:
     """Per-flow median network RTT minus its learned baseline (NaN where unknown)."""
     st = flow_stats(obs)
@@ -307,6 +365,8 @@ def analyze(
         bad = np.isin(_host_of_flows(fabric, obs.flows), starved)
         sent, lost, lreq, lunk = (np.where(bad, 0, a) for a in (sent, lost, lreq, lunk))
     counts = LossCounts(obs.flows, sent, lost, lreq, lunk, window)
+    slow = delay_findings(fabric, model, obs, baseline, exclude=bad if hosts else None) \
+        if baseline.rtt_ns and method == "map" else []
     if method == "007":
         est = vote_007(model, counts)
     elif method == "map":
@@ -314,7 +374,7 @@ def analyze(
                            min_loss=min_loss)
     else:
         raise ConfigError(f"probe analyze: --method must be 'map' or '007', got {method!r}")
-    out = hosts + estimates_to_findings(est, window, method=method)
+    out = hosts + estimates_to_findings(est, window, method=method) + slow
     out.sort(key=lambda f: -float(f.details.get("strength", 0.0)))
     return out
 
