@@ -337,3 +337,39 @@ def test_sharded_collector_splits_targets_over_processes_and_loses_nothing(tmp_p
     assert {k.split("/")[1] for k in col.stats.targets} == set(names)
     assert ("link-flap", "leaf-000:eth3") in {(f.kind, f.subject) for f in duck.store.findings()}
     col.close()
+
+
+def test_a_malformed_notification_is_skipped_and_counted() -> None:
+    """A hand-made target sends garbage between two good notifications."""
+    from fabricscope.telemetry.codec import encode_notification, path_bytes, prefix_bytes
+
+    good = encode_notification(1, prefix_bytes("leaf-000"),
+                               [(path_bytes(parse_path("/interfaces/interface[name=eth1]/state/oper-status")), "UP")])
+    garbage = b"\x0a\x07\x22\x05\x0a\xff\xff\xff\x01"  # an update whose path length runs off the end
+
+    async def subscribe(requests, context):  # type: ignore[no-untyped-def]
+        await anext(aiter(requests))
+        for m in (good, garbage, good, gnmi_pb2.SubscribeResponse(sync_response=True).SerializeToString()):
+            yield m
+
+    async def scenario() -> tuple[MemorySink, Collector]:
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("gnmi.gNMI", {
+            "Subscribe": grpc.stream_stream_rpc_method_handler(
+                subscribe, request_deserializer=gnmi_pb2.SubscribeRequest.FromString, response_serializer=None)}),))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        sink = MemorySink()
+        cfg = parse_config({"targets": {"t": {"address": f"127.0.0.1:{port}", "names": ["leaf-000"]}},
+                            "subscriptions": {"s": {"paths": ["/interfaces"], "mode": "once"}}}, source="t.yaml")
+        col = Collector(cfg, sinks=[sink], detectors=DetectorSet([]))
+        try:
+            await col.run(duration_s=5)
+        finally:
+            await server.stop(None)
+        return sink, col
+
+    sink, col = asyncio.run(scenario())
+    st = next(iter(col.stats.targets.values()))
+    assert [e.value for e in sink.events] == ["UP", "UP"]
+    assert st.errors == 1 and st.last_error.startswith("bad notification skipped") and st.syncs == 1

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from gnmi_pb import gnmi_pb2
+from google.protobuf.message import DecodeError
 
 from fabricscope.model.records import TelemetryEvent
 from fabricscope.telemetry.paths import Elem, GPath, PathSyntaxError, schema_name, tags_of
@@ -343,7 +344,13 @@ class WireFlattener:
         self._prefixes: dict[bytes, GPath] = {}
 
     def flatten(self, resp: bytes, *, default_target: str = "") -> tuple[list[TelemetryEvent], bool]:
-        """(events, sync_response) of one serialized SubscribeResponse."""
+        """(events, sync_response) of one serialized SubscribeResponse; ValueError if malformed."""
+        try:
+            return self._flatten(resp, default_target)
+        except DecodeError as exc:
+            raise ValueError(f"malformed SubscribeResponse ({len(resp)} bytes): {exc}") from exc
+
+    def _flatten(self, resp: bytes, default_target: str) -> tuple[list[TelemetryEvent], bool]:
         if not resp or resp[0] != 0x0A:  # not an update notification
             msg = gnmi_pb2.SubscribeResponse.FromString(resp)
             if msg.HasField("error"):

@@ -227,7 +227,15 @@ class Collector:
             try:
                 call = subscribe(self._requests(self._request(name, s), s), metadata=md)
                 async for resp in call:
-                    evs, sync = flatten(resp, default_target=name)
+                    try:
+                        evs, sync = flatten(resp, default_target=name)
+                    except (ValueError, IndexError, UnicodeDecodeError, FabricscopeError) as exc:
+                        # one malformed notification (or a target-side error message) is
+                        # counted and skipped; the stream and every other stream go on
+                        st.errors += 1
+                        st.last_error = f"bad notification skipped: {exc}"
+                        log.warning("gnmi %s: %s", key, st.last_error)
+                        continue
                     if evs:
                         st.updates += len(evs)
                         self.stats.received += len(evs)
@@ -240,10 +248,6 @@ class Collector:
             except grpc.aio.AioRpcError as exc:
                 st.errors += 1
                 st.last_error = f"{exc.code().name}: {exc.details()}"
-                log.warning("gnmi %s: %s; retrying in %.1fs", key, st.last_error, delay)
-            except (ValueError, IndexError, FabricscopeError) as exc:  # a malformed response
-                st.errors += 1
-                st.last_error = f"bad response: {exc}"
                 log.warning("gnmi %s: %s; retrying in %.1fs", key, st.last_error, delay)
             except asyncio.CancelledError:
                 raise
@@ -316,7 +320,9 @@ class Collector:
                 left = None if t_end is None else t_end - time.monotonic()
                 if left is not None and left <= 0:
                     break
-                await asyncio.wait([*tasks, asyncio.ensure_future(self._stop.wait())],
+                if writer.done():
+                    break  # the writer failed: stop and report below
+                await asyncio.wait([*tasks, writer, asyncio.ensure_future(self._stop.wait())],
                                    timeout=min(left, 0.5) if left is not None else 0.5,
                                    return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -326,9 +332,11 @@ class Collector:
             for tk in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await tk
-            await writer  # drains the buffer: everything received is written
-            for ch in channels:
-                await ch.close()
+            try:
+                await writer  # drains the buffer: everything received is written (or raises)
+            finally:
+                for ch in channels:
+                    await ch.close()
         for tk in tasks:
             if tk.done() and not tk.cancelled() and tk.exception() is not None:
                 raise TransportError(f"collector: {tk.exception()}")
