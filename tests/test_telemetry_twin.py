@@ -180,3 +180,23 @@ def test_trimming_switch_counts_trimmed_packets_instead_of_discards() -> None:
     q = "interface[interface-id=eth3]/queues/queue[name=3]/state"
     assert _val(tw, "leaf-000", f"{q}/trimmed-pkts") > 0  # type: ignore[operator]
     assert _val(tw, "leaf-000", "interface[name=eth3]/state/counters/out-discards") == 0
+
+
+def test_utilization_from_the_flow_engine_drives_the_counters() -> None:
+    from fabricscope.sim.engine import simulate
+    from fabricscope.sim.workload.traffic import permutation
+
+    res = simulate(FAB, permutation(FAB, 64e6, seed=1))
+    assert res.utilization is not None
+    util = res.utilization.mean_utilization()
+    tw, clock = _twin(noise=0.0)
+    tw.set_utilization(util)
+    _run(tw, clock, 2)
+    busy = int(np.argmax(util))
+    port = FAB.index.from_port[busy]
+    dev, ifname = port.rsplit(":", 1)
+    out = _val(tw, dev, f"interface[name={ifname}]/state/counters/out-octets")
+    # the busiest link's counter grows at the engine's utilization x line rate
+    assert out == pytest.approx(util[busy] * FAB.index.capacity_bps[busy] / 8 * 2, rel=1e-6)
+    with pytest.raises(ConfigError):
+        tw.set_utilization([0.1])

@@ -214,6 +214,16 @@ class Twin:
             raise ConfigError("Twin.set_load: loads must be finite and >= 0")
         self._load = arr.copy()
 
+    def set_utilization(self, utilization: Sequence[float] | F64) -> None:
+        """Offered load as a fraction of each directed link's capacity, e.g. the flow engine's
+        ``SimResult.utilization.mean_utilization()`` (same ``Fabric.index`` order)."""
+        u = np.asarray(utilization, dtype=np.float64)
+        if u.shape != (self._ix.n_edges,):
+            raise ConfigError(
+                f"Twin.set_utilization: expected {self._ix.n_edges} directed links, got shape {u.shape}"
+            )
+        self.set_load(np.clip(u, 0.0, None) * self._cap)
+
     def set_faults(self, faults: FaultSchedule) -> None:
         """Replace the scenario from now on (e.g. inject once a collector is listening)."""
         self.faults = faults
