@@ -197,3 +197,20 @@ def test_compacted_solver_gives_the_same_answer(monkeypatch: pytest.MonkeyPatch)
     np.testing.assert_allclose(got.fct_ns, ref.fct_ns, rtol=1e-9)
     assert got.utilization is not None and ref.utilization is not None
     np.testing.assert_allclose(got.utilization.mean_utilization(), ref.utilization.mean_utilization(), rtol=1e-9, atol=1e-12)
+
+
+def test_link_down_mid_run_reroutes_active_flows() -> None:
+    fab = leaf_spine_fabric(leaves=2, hosts_per_leaf=1, spines=2)
+    a, b = (n.id for n in fab.nics)
+    path = Routing(fab).path(a, b)
+    up = path[1]  # leaf -> spine edge the ECMP hash picked
+    cable = fab.links[up // 2].id
+    w = Workload("w", (FlowSpec(0, a, b, 2e6),))
+    res = simulate(fab, w, faults=[Fault("link-down", cable, start_ns=50_000)])
+    # The other spine takes over at full rate: the fluid time does not change ...
+    assert res.fluid_ns[0] == pytest.approx(_tx_ns(2e6))
+    util = res.utilization
+    assert util is not None
+    # ... and the failed uplink carried traffic only for the first 50 us.
+    assert util.mean_utilization(0, 50_000)[up] == pytest.approx(1.0)
+    assert util.mean_utilization(50_000, 160_000)[up] == 0.0
