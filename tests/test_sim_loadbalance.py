@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fabricscope.fabric import HashConfig, Routing, fat_tree_fabric, leaf_spine_fabric
-from fabricscope.sim.loadbalance import PathFinder, crc32_vec
+from fabricscope.sim.loadbalance import PathFinder, _stack, crc32_vec
 
 
 def test_crc32_vec_is_zlib() -> None:
@@ -35,10 +35,17 @@ def test_ecmp_walk_equals_routing_path(hc: HashConfig) -> None:
     t = rng.integers(0, len(nics), 300)
     sport = rng.integers(49152, 65535, 300)
     node = fab.index.node_of
-    tab = pf.single_paths(np.array([node[nics[i]] for i in s]), np.array([node[nics[i]] for i in t]), sport)
+    src = np.array([node[nics[i]] for i in s])
+    dst = np.array([node[nics[i]] for i in t])
+    tab = pf.single_paths(src, dst, sport)
+    # The engine's own hashed walk (used for striping) must agree too.
+    hops, failed = pf.walk(src, dst, keys=pf.keys(src, dst, sport))
+    own = _stack(hops, failed, 300)
     for j in range(300):
         ft = r.flow_tuple(nics[s[j]], nics[t[j]], src_port=int(sport[j]))
-        assert tuple(tab.row(j)[0].tolist()) == r.path(nics[s[j]], nics[t[j]], ft)
+        expected = r.path(nics[s[j]], nics[t[j]], ft)
+        assert tuple(tab.row(j)[0].tolist()) == expected
+        assert tuple(own.row(j)[0].tolist()) == expected
 
 
 def test_spray_equals_routing_weights_and_conserves() -> None:

@@ -291,6 +291,14 @@ class PathFinder:
         rng: np.random.Generator | None = None,
     ) -> PathTable:
         """One path per flow: ECMP by hash (``rng`` None) or uniformly random (``rng``)."""
+        if rng is None and hasattr(self.routing, "route_many"):
+            # The fabric's own vectorized ECMP (one numpy pass per hop for all flows).
+            pt = self.routing.route_many(src, dst, sport, strict=False)
+            edges = np.asarray(pt.edges, dtype=np.int64)
+            return PathTable(
+                np.asarray(pt.offsets, dtype=np.int64), edges,
+                np.ones(edges.shape[0]), ~np.asarray(pt.ok, dtype=bool),
+            )
         keys = None if rng is not None else self.keys(src, dst, sport)
         hops, failed = self.walk(src, dst, keys=keys, rng=rng)
         return _stack(hops, failed, src.shape[0])
