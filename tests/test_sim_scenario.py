@@ -135,3 +135,18 @@ def test_demo_part_quick(tmp_path: Path) -> None:
     assert any("link-down" in ln for ln in lines)
     assert (tmp_path / "fct_cdf.png").exists()
     json.dumps(out)
+
+
+def test_scenario_with_an_inventory_file(tmp_path: Path) -> None:
+    from fabricscope.fabric import leaf_spine_fabric
+    from fabricscope.fabric.io import write_fabric
+
+    write_fabric(leaf_spine_fabric(leaves=2, hosts_per_leaf=2, spines=2), tmp_path / "inv.yaml")
+    p = tmp_path / "s.yaml"
+    p.write_text("topology: {file: inv.yaml}\nworkload: {kind: permutation, size: 1MB}\nlb: spray\n")
+    res = run_scenario(read_scenario(p), record_utilization=False)
+    assert res.fabric.name == "leafspine-2x2-s2"
+    assert res.table()[0]["unroutable"] == 0
+    with pytest.raises(FabricscopeError, match=r"missing\.yaml"):
+        prepare(parse_scenario({"topology": {"file": "missing.yaml"}, "workload": {"kind": "permutation", "size": 1}},
+                               source=str(p)))
