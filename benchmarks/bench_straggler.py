@@ -2,7 +2,8 @@
 """Straggler localization: accuracy over twin scenarios, and speed vs ranks.
 
 Accuracy: N scenarios (default 504) mixing fault types (none, slow GPU, slow NIC, degraded
-access link, congested access link, stage imbalance, sequence imbalance), parallelism shapes
+access link, congested access link, sick leaf switch, stage imbalance, sequence imbalance),
+parallelism shapes
 (DP x TP x PP), noise levels (compute / communication CV 1-5 %), fault severities and
 windows (from the start, or starting mid-trace). Communication times use the alpha-beta model
 (AlphaBetaComm) for speed; a subset is re-run with the flow engine (EngineComm) and reported
@@ -43,11 +44,11 @@ from fabricscope.straggler.analysis import analyze
 from fabricscope.straggler.devices import rank_devices
 from fabricscope.straggler.table import OpTable, from_columns
 
-KINDS = ("none", "slow-gpu", "slow-nic", "link-degraded", "congestion", "stage-imbalance",
-         "sequence-imbalance")
+KINDS = ("none", "slow-gpu", "slow-nic", "link-degraded", "congestion", "switch-fault",
+         "stage-imbalance", "sequence-imbalance")
 SHAPES_PP = ((4, 2, 2), (8, 1, 2), (2, 2, 4), (4, 1, 4), (4, 4, 2), (2, 1, 8))
 SHAPES_FLAT = ((8, 2, 1), (16, 1, 1), (8, 4, 1))
-NETWORK_KINDS = ("slow-nic", "link-degraded", "congestion")
+NETWORK_KINDS = ("slow-nic", "link-degraded", "congestion", "switch-fault")
 OUT = Path(__file__).resolve().parent / "results" / "straggler.json"
 
 _fabrics: dict[tuple[int, int], Fabric] = {}
@@ -120,6 +121,9 @@ def scenario(i: int, seed: int, severity: str = "normal") -> dict[str, object]:
     elif kind == "congestion":
         faults = [Fault("congestion", f"{peer}->{port}", start,
                         params={"load": float(rng.uniform(*sev["load"]))})]
+    elif kind == "switch-fault":
+        faults = [Fault("switch-fault", fab.leaves_of_nic[nic][0], start,
+                        params={"factor": float(rng.uniform(*sev["nic"]))})]
     elif kind == "stage-imbalance":
         faults = [Fault("stage-imbalance", "job",
                         params={"factor": float(rng.uniform(*sev["stage"])),

@@ -168,3 +168,13 @@ def test_change_points_on_a_step() -> None:
     x = np.concatenate([rng.normal(100, 1, 20), rng.normal(130, 1, 20)])
     assert change_points(x) == [20]
     assert change_points(rng.normal(100, 1, 40)) == []
+
+
+def test_sick_leaf_is_blamed_only_when_its_nics_agree(fabric: Fabric) -> None:
+    # Every NIC on rail 1 crosses leaf-p0-r1-00: all of them slow -> the leaf, not 4 NICs.
+    _, rep = localize(fabric, [Fault("switch-fault", "leaf-p0-r1-00", params={"factor": 0.3})])
+    assert [(f.kind, f.subject) for f in rep.device_findings()] == [
+        ("slow-switch", "leaf-p0-r1-00")]
+    # One NIC under the same leaf slow -> the NIC; the leaf's other groups were fast.
+    _, rep = localize(fabric, [Fault("slow-nic", "host0001/nic1", params={"factor": 0.3})])
+    assert [(f.kind, f.subject) for f in rep.device_findings()] == [("slow-nic", "host0001/nic1")]

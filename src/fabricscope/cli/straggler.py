@@ -90,7 +90,7 @@ def register(app: typer.Typer) -> None:
         outdir: Path = typer.Argument(..., help="output folder"),
         fault: str = typer.Option("slow-nic", "--fault",
                                   help="none | slow-gpu | slow-nic | link-degraded | congestion | "
-                                       "stage-imbalance | sequence-imbalance"),
+                                       "switch-fault | stage-imbalance | sequence-imbalance"),
         dp: int = typer.Option(4, "--dp"),
         tp: int = typer.Option(2, "--tp"),
         pp: int = typer.Option(2, "--pp"),

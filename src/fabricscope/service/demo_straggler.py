@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-_FAULTS = ("none", "slow-gpu", "slow-nic", "link-degraded", "congestion", "stage-imbalance",
-           "sequence-imbalance")
+_FAULTS = ("none", "slow-gpu", "slow-nic", "link-degraded", "congestion", "switch-fault",
+           "stage-imbalance", "sequence-imbalance")
 
 
 def _fault(kind: str, fabric: Any, placement: list[tuple[str, int]], *, pp: int,
@@ -34,6 +34,9 @@ def _fault(kind: str, fabric: Any, placement: list[tuple[str, int]], *, pp: int,
     if kind == "congestion":
         peer = fabric.peer_port[port]
         return [Fault("congestion", f"{peer}->{port}", start_ns, params={"load": 0.75})]
+    if kind == "switch-fault":
+        leaf = fabric.leaves_of_nic[nic][0]
+        return [Fault("switch-fault", leaf, start_ns, params={"factor": 0.3})]
     if kind == "stage-imbalance":
         return [Fault("stage-imbalance", "job", 0, params={"factor": 1.5, "stage": pp - 1})]
     return [Fault("sequence-imbalance", "job", 0, params={"cv": 0.35})]

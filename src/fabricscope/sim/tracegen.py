@@ -96,8 +96,14 @@ def _nic_factor(fabric: Fabric, placement: Placement, faults: tuple[Fault, ...])
     """Bandwidth factor per NIC from NIC faults and faults on its access cable."""
     out: dict[str, float] = {}
     nic_of_port = {p: n.id for n in fabric.nics for p in fabric.ports_of.get(n.id, ())}
+    leaves = fabric.leaves_of_nic
     for f in faults:
-        if f.kind in ("slow-nic", "nic-fault"):
+        if f.kind == "switch-fault":
+            # A sick switch (buffer / forwarding trouble): every NIC cabled to it slows.
+            for nic_id, lv in leaves.items():
+                if f.subject in lv:
+                    out[nic_id] = out.get(nic_id, 1.0) * f.param("factor", 0.5)
+        elif f.kind in ("slow-nic", "nic-fault"):
             out[f.subject] = out.get(f.subject, 1.0) * f.param("factor", 0.5)
         elif f.kind in ("link-degraded", "congestion"):
             factor = f.param("factor", 0.5) if f.kind == "link-degraded" else 1 - f.param("load", 0.5)
@@ -180,6 +186,13 @@ class EngineComm:
                                      params={"factor": f.param("factor", 0.5)}))
             elif f.kind == "link-degraded":
                 out.append(Fault("link-degraded", f.subject, params=dict(f.params)))
+            elif f.kind == "switch-fault":
+                # A sick switch slows every cable through it.
+                for port in self.fabric.ports_of.get(f.subject, ()):
+                    ln = self.fabric.link_of_port.get(port)
+                    if ln is not None:
+                        out.append(Fault("link-degraded", ln.id,
+                                         params={"factor": f.param("factor", 0.5)}))
             elif f.kind == "congestion":
                 out.append(Fault("link-degraded", f.subject,
                                  params={"factor": max(1 - f.param("load", 0.5), 1e-3)}))
@@ -292,6 +305,8 @@ def _truth(fabric: Fabric, placement: Placement, job: TwinJob, faults: Sequence[
                            if p in nic_of_port})
             # From end-host timings an access cable looks like its NIC (docs/straggler.md).
             expected.append({"kind": "slow-nic", "subject": f.subject, "accept": [f.subject, *nics]})
+        elif f.kind == "switch-fault":
+            expected.append({"kind": "slow-switch", "subject": f.subject, "accept": [f.subject]})
         elif f.kind == "stage-imbalance":
             expected.append({"kind": "imbalance", "subject": f"pipeline stage {int(f.param('stage', job.pp - 1))}"})
         elif f.kind == "sequence-imbalance":
@@ -449,7 +464,8 @@ def generate_trace(
         # flows through every stage and TP rank of its replica.
         seq_factor = jitter(seq_cv, dp * mbs).reshape(dp, mbs) if seq_cv > 0 else np.ones((dp, mbs))
         comm_faults = tuple(f for f in active if f.kind in ("slow-nic", "link-degraded",
-                                                             "congestion", "nic-fault"))
+                                                             "congestion", "nic-fault",
+                                                             "switch-fault"))
         # Communication durations for this iteration's fault state (before jitter).
         fwd_t = [model.p2p_ns(stage_ranks[p], stage_ranks[p + 1], job.activation_bytes / tp,
                               comm_faults) for p in range(pp - 1)]
