@@ -21,13 +21,13 @@ from fabricscope.sim.scenario import ScenarioResult
 
 _COLUMNS = (
     ("scheme", "scheme", "{}"),
-    ("fct_mean_us", "mean FCT us", "{:.1f}"),
-    ("fct_p50_us", "p50 us", "{:.1f}"),
-    ("fct_p99_us", "p99 us", "{:.1f}"),
-    ("fct_max_us", "max us", "{:.1f}"),
-    ("completion_us", "done at us", "{:.1f}"),
+    ("fct_mean_us", "mean", "{:.1f}"),
+    ("fct_p50_us", "p50", "{:.1f}"),
+    ("fct_p99_us", "p99", "{:.1f}"),
+    ("fct_max_us", "max", "{:.1f}"),
+    ("completion_us", "last byte", "{:.1f}"),
     ("busbw_GBps", "busbw GB/s", "{:.2f}"),
-    ("unroutable", "unroutable", "{}"),
+    ("unroutable", "unrouted", "{}"),
     ("wall_s", "wall s", "{:.2f}"),
 )
 _TIER_ORDER = ("nic-leaf", "leaf-spine", "spine-core", "core-spine", "spine-leaf", "leaf-nic")
@@ -48,7 +48,7 @@ def format_table(result: ScenarioResult) -> str:
                 line.append(fmt.format(v) if v != "" else "")
         cells.append(line)
     widths = [max(len(c[i]) for c in cells) for i in range(len(cols))]
-    out = []
+    out = ["FCT mean, p50, p99, max and last byte arrival, in us (seeds averaged)"]
     for i, c in enumerate(cells):
         out.append("  ".join(x.ljust(w) if j == 0 else x.rjust(w) for j, (x, w) in enumerate(zip(c, widths, strict=True))))
         if i == 0:
