@@ -128,9 +128,9 @@ def big_case() -> dict[str, object]:
     steady_state_rates(fab, w)
     t_ss = time.perf_counter() - t0
     t0 = time.perf_counter()
-    res = simulate(fab, w, record_utilization=False, batch_rtol=1e-4)
+    res = simulate(fab, w, record_utilization=False, batch_rtol=1e-3)
     t_sim = time.perf_counter() - t0
-    return {"case": "all-to-all 1024 GPUs ECMP", "flows": len(w.flows), "build_flows_s": round(t_w, 1),
+    return {"case": "all-to-all 1024 GPUs ECMP, batch_rtol 1e-3", "flows": len(w.flows), "build_flows_s": round(t_w, 1),
             "steady_state_s": round(t_ss, 1), "simulate_s": round(t_sim, 1), "events": res.events,
             "completion_us": round(res.completion_ns / 1e3, 1), "peak_rss_gib": round(peak_rss_gib(), 2)}
 
