@@ -578,7 +578,7 @@ def simulate(
         For the store-and-forward term of the latency model.
     batch_rtol:
         Completions within ``batch_rtol x now`` of the earliest one are processed together;
-        raise it (1e-4) on million-flow runs to trade exactness for fewer re-solves.
+        raise it (1e-3) on million-flow runs to trade exactness for fewer re-solves.
     record_utilization:
         Keep the per-link load timeline (memory ~ events x busy links).
     progress:
