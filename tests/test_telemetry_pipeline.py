@@ -126,6 +126,8 @@ def test_config_errors_name_file_field_and_value(tmp_path: Path) -> None:
         ({"processors": [{"type": "downsample", "window": "0s"}]}, "downsample.window", "0"),
         ({"sinks": [{"type": "kafka"}]}, "sinks[0].type", "'kafka'"),
         ({"detectors": {"micro-burst": {"bogus": 1}}}, "micro-burst", "bogus"),
+        ({"detectors": {"micro-burst": {"watermark-bytes": "abc"}}}, "micro-burst.watermark-bytes", "'abc'"),
+        ({"detectors": {"pause-storm": {"rate": -5}}}, "pause-storm.rate", "-5"),
         ({"buffer": {"max-events": -5}}, "buffer.max-events", "-5"),
     ]
     for patch, field, value in cases:

@@ -335,6 +335,11 @@ def build_detector(name: str, options: Mapping[str, Any], *, source: str = "dete
     cls = DETECTORS.get(name)
     if cls is None:
         raise ConfigError(f"{source}: unknown detector {name!r}; choose from {sorted(DETECTORS)}")
+    for k, v in options.items():
+        # every detector option is a positive threshold or duration (ns): check it now, so a
+        # typo fails at config load, not as a TypeError in the writer mid-run
+        if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+            raise ConfigError(f"{source}.{name}.{k}: expected a positive number, got {v!r}")
     try:
         return cls(**{k.replace("-", "_"): v for k, v in options.items()})
     except TypeError as exc:
