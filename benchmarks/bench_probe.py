@@ -158,6 +158,33 @@ def summarize_single(rows: list[dict[str, Any]], methods: tuple[str, ...]) -> di
     return res
 
 
+def bench_ttl(mesh: TwinMesh, args: argparse.Namespace, out: dict[str, Any]) -> None:
+    """Time to localize at a finer step: first step with the fault ranked first (raw) and the
+    step at which the hysteresis opened it, on ``--ttl`` fresh single-fault scenarios."""
+    f = mesh.fabric
+    rng = np.random.default_rng(args.seed + 1)
+    base = learn_baseline(mesh, seed=args.seed)
+    rows = []
+    for i in range(args.ttl):
+        kind = KINDS[i % len(KINDS)]
+        fault = random_fault(f, kind, rng)
+        tls, _, _ = run_scenario(mesh, FaultSchedule.of([fault]), seed=7000 + i, step_s=args.ttl_step,
+                                 methods=("map",), baseline=base)
+        rows.append({"kind": kind, "t_top1_s": first_time(tls["map"], fault),
+                     "t_open_s": first_time(tls["map"], fault, opened=True)})
+        print(f"\rttl {i + 1}/{args.ttl}", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    t1 = [r["t_top1_s"] for r in rows if r["t_top1_s"] is not None]
+    to = [r["t_open_s"] for r in rows if r["t_open_s"] is not None]
+    out["time_to_localize"] = {
+        "scenarios": len(rows), "step_s": args.ttl_step,
+        "found": len(t1), "median_t_top1_s": float(np.median(t1)) if t1 else None,
+        "max_t_top1_s": float(np.max(t1)) if t1 else None,
+        "median_t_open_s": float(np.median(to)) if to else None,
+        "max_t_open_s": float(np.max(to)) if to else None, "rows": rows,
+    }
+
+
 def bench_coverage(mesh: TwinMesh, out: dict[str, Any]) -> None:
     """Fraction of each probed pair's ECMP paths its source ports actually hit (twin paths)."""
     from fabricscope.probe.plan import PathCounter
@@ -220,7 +247,9 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=30.0)
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--agent-seconds", type=float, default=3.0)
-    ap.add_argument("--parts", default="accuracy,coverage,analysis,agent")
+    ap.add_argument("--ttl", type=int, default=20, help="scenarios of the time-to-localize sweep")
+    ap.add_argument("--ttl-step", type=float, default=2.0)
+    ap.add_argument("--parts", default="accuracy,coverage,analysis,ttl,agent")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     parts = set(args.parts.split(","))
@@ -229,7 +258,7 @@ def main() -> None:
         out = json.loads(args.out.read_text())
     out["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count(),
                       "platform": platform.platform()}
-    if parts & {"accuracy", "coverage", "analysis"}:
+    if parts & {"accuracy", "coverage", "analysis", "ttl"}:
         t = time.time()
         f = rail_optimized_fabric(args.servers)
         mesh = TwinMesh(f, seed=args.seed)
@@ -242,6 +271,9 @@ def main() -> None:
         if "analysis" in parts:
             bench_analysis(mesh, out)
         save(args, out)
+        if "ttl" in parts:
+            bench_ttl(mesh, args, out)
+            save(args, out)
         if "accuracy" in parts:
             out["accuracy_args"] = {k: getattr(args, k) for k in ("single", "clean", "multi", "step", "duration", "seed")}
             bench_accuracy(mesh, args, out)
@@ -268,6 +300,8 @@ def print_tables(out: dict[str, Any]) -> None:
         print("\nfault-free runs:", json.dumps(out["clean"]))
     if "multi" in out:
         print("2-3 simultaneous faults, all in top 5:", json.dumps(out["multi"]))
+    if "time_to_localize" in out:
+        print("time to localize:", json.dumps({k: v for k, v in out["time_to_localize"].items() if k != "rows"}))
     for k in ("coverage", "analysis", "agent"):
         if k in out:
             print(f"{k}:", json.dumps(out[k]))
