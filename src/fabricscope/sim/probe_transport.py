@@ -237,12 +237,10 @@ class ProbeTransport:
                 np.array([node(flows[i][1]) for i in new], dtype=np.int64),
                 np.array([flows[i][2].src_port for i in new], dtype=np.int64),
                 np.array([flows[i][2].dst_port for i in new], dtype=np.int64),
-                _dedup=False,
             )
         return out
 
-    def register_arrays(self, src_node: I64, dst_node: I64, src_port: I64, dst_port: I64,
-                        *, _dedup: bool = True) -> I64:
+    def register_arrays(self, src_node: I64, dst_node: I64, src_port: I64, dst_port: I64) -> I64:
         """Bulk registration by node indices and ports; paths by ``Routing.route_many``.
 
         (IPv4 addresses of the inventory; no deduplication against earlier flows.)
