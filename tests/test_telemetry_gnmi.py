@@ -13,10 +13,11 @@ import pytest
 from gnmi_pb import gnmi_pb2, gnmi_pb2_grpc
 
 from fabricscope.fabric.builders import leaf_spine_fabric
+from fabricscope.model.errors import ConfigError, TransportError
 from fabricscope.sim.clock import WallClock
 from fabricscope.sim.twin import Twin, background_load
 from fabricscope.telemetry.codec import Flattener, to_proto_path
-from fabricscope.telemetry.collector import Collector
+from fabricscope.telemetry.collector import Collector, gnmi_subscribe
 from fabricscope.telemetry.config import parse_config
 from fabricscope.telemetry.detectors import DetectorSet
 from fabricscope.telemetry.paths import match, parse_path
@@ -143,7 +144,7 @@ def test_json_ietf_encoding_decodes_to_the_same_types() -> None:
 
 # ---------------------------------------------------------------- errors and security
 async def _raw_get(target: GnmiTarget, tname: str, path: str | gnmi_pb2.Path,
-                   md: tuple[tuple[str, str], ...] = ()) -> gnmi_pb2.GetResponse:
+                   md: tuple[tuple[str, str], ...] = (), dtype: int = 0) -> gnmi_pb2.GetResponse:
     port = await target.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
@@ -152,7 +153,7 @@ async def _raw_get(target: GnmiTarget, tname: str, path: str | gnmi_pb2.Path,
             p = gnmi_pb2.Path(elem=[gnmi_pb2.PathElem(name=x) for x in path.split("/") if x]) \
                 if isinstance(path, str) else path
             return await stub.Get(gnmi_pb2.GetRequest(prefix=gnmi_pb2.Path(target=tname), path=[p],
-                                                      encoding=gnmi_pb2.PROTO), metadata=md)
+                                                      encoding=gnmi_pb2.PROTO, type=dtype), metadata=md)
     finally:
         await target.stop()
 
@@ -178,6 +179,47 @@ def test_get_with_wildcards_and_keys() -> None:
     ports = len([p for p in FAB.ports_of["leaf-000"] if p in FAB.peer_port])
     assert len(ev) == ports
     assert {e.tags["queue_name"] for e in ev} == {"3"}
+
+
+def test_get_type_config_is_not_found_and_state_types_serve_everything() -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as ei:
+        asyncio.run(_raw_get(GnmiTarget(_twin()), "leaf-000", "/interfaces", dtype=gnmi_pb2.GetRequest.CONFIG))
+    assert ei.value.code() == grpc.StatusCode.NOT_FOUND and "CONFIG" in ei.value.details()
+    n = {t: len(asyncio.run(_raw_get(GnmiTarget(_twin()), "leaf-000", "/interfaces", dtype=t)).notification[0].update)
+         for t in (gnmi_pb2.GetRequest.ALL, gnmi_pb2.GetRequest.STATE, gnmi_pb2.GetRequest.OPERATIONAL)}
+    assert len(set(n.values())) == 1 and n[gnmi_pb2.GetRequest.ALL] > 0, n
+
+
+def test_cli_subscribe_fails_fast_on_errors_a_retry_cannot_fix() -> None:
+    async def go(tname: str, path: str, **kw: Any) -> float:
+        target = GnmiTarget(_twin(), credentials=Credentials("admin", "pw"))
+        port = await target.start()
+        t0 = asyncio.get_running_loop().time()
+        try:
+            with pytest.raises(TransportError) as ei:
+                # no duration: without fail-fast this would retry forever
+                await asyncio.wait_for(gnmi_subscribe(f"127.0.0.1:{port}", tname, [path], on_events=lambda e: None,
+                                                      username="admin", **kw), 10)
+            assert f"target {tname!r}" in str(ei.value)
+            return asyncio.get_running_loop().time() - t0
+        finally:
+            await target.stop()
+
+    assert asyncio.run(go("leaf-999", COUNTERS, password="pw")) < 5
+    assert asyncio.run(go("leaf-000", "/no/such/tree", password="pw")) < 5
+    assert asyncio.run(go("leaf-000", COUNTERS, password="nope")) < 5
+
+
+def test_missing_password_env_fails_before_any_sink_opens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FABRICSCOPE_TEST_NO_SUCH_PW", raising=False)
+    db = tmp_path / "t.duckdb"
+    cfg = parse_config({"targets": {"t": {"address": "127.0.0.1:1", "username": "u",
+                                          "password-env": "FABRICSCOPE_TEST_NO_SUCH_PW"}},
+                        "subscriptions": {"s": {"paths": [COUNTERS]}},
+                        "sinks": [{"type": "duckdb", "path": str(db)}]}, source="t.yaml")
+    with pytest.raises(ConfigError, match=r"t\.yaml: targets\.t\.password-env"):
+        Collector(cfg)
+    assert not db.exists()
 
 
 def test_wrong_credentials_are_unauthenticated_and_the_password_is_never_echoed() -> None:

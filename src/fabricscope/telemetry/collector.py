@@ -40,6 +40,10 @@ _MODES = {"once": gnmi_pb2.SubscriptionList.ONCE, "poll": gnmi_pb2.SubscriptionL
           "stream": gnmi_pb2.SubscriptionList.STREAM}
 _SMODES = {"sample": gnmi_pb2.SAMPLE, "on-change": gnmi_pb2.ON_CHANGE, "target-defined": gnmi_pb2.TARGET_DEFINED}
 _ENC = {"proto": gnmi_pb2.PROTO, "json_ietf": gnmi_pb2.JSON_IETF}
+# Status codes that a retry cannot fix (bad request, bad credentials, unknown target/path).
+_PERMANENT = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
+                        grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT,
+                        grpc.StatusCode.UNIMPLEMENTED})
 
 
 class EventBuffer:
@@ -112,6 +116,19 @@ def _read(path: str | None, what: str) -> bytes | None:
         raise ConfigError(f"{what}: cannot read {path!r}: {exc.strerror}") from exc
 
 
+def auth_metadata(cfg: CollectorConfig, t: TargetConfig) -> tuple[tuple[str, str], ...]:
+    """gNMI ``username``/``password`` metadata for ``t`` (password from the config or its env variable)."""
+    if t.username is None:
+        return ()
+    pw = t.password
+    if t.password_env is not None:
+        pw = os.environ.get(t.password_env)
+        if pw is None:
+            raise ConfigError(f"{cfg.source}: targets.{t.name}.password-env: "
+                              f"environment variable {t.password_env!r} is not set")
+    return (("username", t.username), ("password", pw or ""))
+
+
 def _with_groups(cfg: CollectorConfig) -> list[ProcessorSpec]:
     """Processor specs with aggregate groups derived from the config's inventory where needed."""
     out: list[ProcessorSpec] = []
@@ -131,7 +148,12 @@ def _with_groups(cfg: CollectorConfig) -> list[ProcessorSpec]:
 
 
 class Collector:
-    """Run a :class:`CollectorConfig`. ``sinks``/``pipeline``/``detectors`` default to the config's."""
+    """Run a :class:`CollectorConfig`. ``sinks``/``pipeline``/``detectors`` default to the config's.
+
+    A long-running collector retries every failed stream (a switch being upgraded answers
+    NOT_FOUND or UNAUTHENTICATED for a while); ``fail_fast=True`` (the one-shot CLI) instead
+    stops on the first error that a retry cannot fix and raises it from :meth:`run`.
+    """
 
     def __init__(
         self,
@@ -142,8 +164,12 @@ class Collector:
         detectors: DetectorSet | None = None,
         on_findings: Callable[[list[Finding]], None] | None = None,
         seed: int = 0,
+        fail_fast: bool = False,
     ) -> None:
         self.cfg = config
+        self.fail_fast = fail_fast
+        for t in config.targets:
+            self._metadata(t)  # a missing password-env fails before any sink opens a file or port
         self.sinks = list(sinks) if sinks is not None else [build_sink(s.type, s.options) for s in config.sinks]
         self.pipeline = pipeline or Pipeline([build_processor(p) for p in _with_groups(config)])
         self.detectors = detectors if detectors is not None else DetectorSet(
@@ -158,15 +184,7 @@ class Collector:
 
     # ------------------------------------------------------------------ connection
     def _metadata(self, t: TargetConfig) -> tuple[tuple[str, str], ...]:
-        if t.username is None:
-            return ()
-        pw = t.password
-        if t.password_env is not None:
-            pw = os.environ.get(t.password_env)
-            if pw is None:
-                raise ConfigError(f"{self.cfg.source}: targets.{t.name}.password-env: "
-                                  f"environment variable {t.password_env!r} is not set")
-        return (("username", t.username), ("password", pw or ""))
+        return auth_metadata(self.cfg, t)
 
     def _channel(self, t: TargetConfig) -> grpc.aio.Channel:
         # gRPC's own subchannel reconnect backoff (1 s initial, 120 s max) would hide a target
@@ -248,6 +266,8 @@ class Collector:
             except grpc.aio.AioRpcError as exc:
                 st.errors += 1
                 st.last_error = f"{exc.code().name}: {exc.details()}"
+                if self.fail_fast and exc.code() in _PERMANENT:
+                    raise TransportError(st.last_error) from None
                 log.warning("gnmi %s: %s; retrying in %.1fs", key, st.last_error, delay)
             except asyncio.CancelledError:
                 raise
@@ -322,6 +342,9 @@ class Collector:
                     break
                 if writer.done():
                     break  # the writer failed: stop and report below
+                if self.fail_fast and any(tk.done() and not tk.cancelled() and tk.exception() is not None
+                                          for tk in tasks):
+                    break
                 await asyncio.wait([*tasks, writer, asyncio.ensure_future(self._stop.wait())],
                                    timeout=min(left, 0.5) if left is not None else 0.5,
                                    return_when=asyncio.FIRST_COMPLETED)
@@ -432,8 +455,12 @@ async def gnmi_subscribe(
         def close(self) -> None:
             pass
 
-    col = Collector(cfg, sinks=[_Cb()], detectors=DetectorSet([]))
-    stats = await col.run(duration_s=duration_s)
+    col = Collector(cfg, sinks=[_Cb()], detectors=DetectorSet([]), fail_fast=True)
+    try:
+        stats = await col.run(duration_s=duration_s)
+    except TransportError as exc:
+        raise TransportError(f"gnmi subscribe {address} target {target!r}: "
+                             f"{str(exc).removeprefix('collector: ')}") from None
     errs = [s.last_error for s in stats.targets.values() if s.errors and not s.updates]
     if errs:
         raise TransportError(f"gnmi subscribe {address} target {target!r}: {errs[0]}")

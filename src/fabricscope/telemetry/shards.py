@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from fabricscope.model.errors import ConfigError, TransportError
 from fabricscope.model.records import Finding, TelemetryEvent
-from fabricscope.telemetry.collector import Collector, CollectorStats, TargetStats
+from fabricscope.telemetry.collector import Collector, CollectorStats, TargetStats, auth_metadata
 from fabricscope.telemetry.config import CollectorConfig, TargetConfig
 
 
@@ -107,6 +107,8 @@ class ShardedCollector:
         from fabricscope.telemetry.sinks import build_sink
 
         self.cfg = config
+        for t in config.targets:
+            auth_metadata(config, t)  # a missing password-env fails here, not in a worker
         self.shards = shard_config(config, workers)
         self.sinks = list(sinks) if sinks is not None else [build_sink(s.type, s.options) for s in config.sinks]
         self.on_findings = on_findings

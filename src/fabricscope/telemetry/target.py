@@ -277,6 +277,11 @@ class GnmiTarget:
             target = request.prefix.target
             if not request.path:
                 raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "path: at least one path is required")
+            if request.type == gnmi_pb2.GetRequest.CONFIG:
+                # every leaf served is operational state (counters, readings, oper-status):
+                # ALL, STATE and OPERATIONAL return it, CONFIG has nothing to return
+                raise _Abort(grpc.StatusCode.NOT_FOUND,
+                             "type: CONFIG: this target serves operational state only (no config leaves)")
             ts = self._sync()
             notes = []
             for i, p in enumerate(request.path):
