@@ -222,7 +222,9 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        tbl = Table("path", "keys", "value")
+        tbl = Table()
+        for col in ("path", "keys", "value"):
+            tbl.add_column(col, overflow="fold")  # a path is useless cut short: fold, never ellipsize
         for e in events:
             tbl.add_row(e.name, ",".join(f"{k}={v}" for k, v in e.tags.items()), str(e.value))
         Console().print(tbl)

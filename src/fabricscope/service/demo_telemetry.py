@@ -165,14 +165,15 @@ def run(*, seed: int, outdir: Path, echo: Callable[[str], None], quick: bool = F
     echo(f"twin {fabric.name}: {stats['targets']} switches served over gNMI on 127.0.0.1:{stats['port']}, "
          f"{stats['updates']} updates in {time.perf_counter() - wall0:.1f} s -> DuckDB ({stats['rows']} rows), "
          f"sample interval {interval}")
-    echo(f"{'injected fault':<14} {'subject':<44} {'at':>6}  {'detected as':<24} {'delay':>7}")
+    # subject last: on a narrow terminal only the long link ids wrap, the columns stay aligned
+    echo(f"{'injected fault':<14} {'at':>6} {'detected as':<22} {'delay':>6}  subject (finding on)")
     for m in matches:
         at = (m.fault.start_ns - t0) / NS
         if m.finding is None:
-            echo(f"{m.fault.kind:<14} {m.fault.subject:<44} {at:>5.2f}s  {'-- missed --':<24} {'':>7}")
+            echo(f"{m.fault.kind:<14} {at:>5.2f}s {'-- missed --':<22} {'':>6}  {m.fault.subject}")
         else:
-            echo(f"{m.fault.kind:<14} {m.fault.subject:<44} {at:>5.2f}s  "
-                 f"{m.finding.kind + ' ' + m.finding.subject.split(':')[-1]:<24} {m.delay_ns / 1e6:>5.0f}ms")  # type: ignore[operator]
+            echo(f"{m.fault.kind:<14} {at:>5.2f}s {m.finding.kind:<22} {m.delay_ns / 1e6:>4.0f}ms  "  # type: ignore[operator]
+                 f"{m.fault.subject} ({m.finding.subject})")
     echo(f"detected {sum(m.finding is not None for m in matches)}/{len(matches)} faults; "
          f"{len(unexplained)} finding(s) not explained by an injected fault")
     summary: dict[str, object] = {
