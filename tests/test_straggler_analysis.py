@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fabricscope.fabric.builders import rail_optimized_fabric
 from fabricscope.fabric.inventory import Fabric
@@ -178,3 +180,21 @@ def test_sick_leaf_is_blamed_only_when_its_nics_agree(fabric: Fabric) -> None:
     # One NIC under the same leaf slow -> the NIC; the leaf's other groups were fast.
     _, rep = localize(fabric, [Fault("slow-nic", "host0001/nic1", params={"factor": 0.3})])
     assert [(f.kind, f.subject) for f in rep.device_findings()] == [("slow-nic", "host0001/nic1")]
+
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shape=st.sampled_from([(4, 2, 2), (8, 1, 2), (2, 2, 4), (4, 1, 4), (8, 2, 1)]),
+       pick=st.integers(0, 10**6), factor=st.floats(1.3, 2.5), seed=st.integers(0, 10**6))
+def test_property_one_slow_gpu_ranks_first(
+    fabric: Fabric, shape: tuple[int, int, int], pick: int, factor: float, seed: int
+) -> None:
+    # Invariant: with one GPU slower than the 10 % threshold by a margin (>= x1.3 against
+    # 2 % noise), that GPU is the top finding and the only device finding.
+    dp, tp, pp = shape
+    job = TwinJob(dp=dp, tp=tp, pp=pp, microbatches=4, iterations=8)
+    slots = [(h.id, g) for h in fabric.hosts for g in range(h.gpus)][: job.world_size]
+    host, gpu = slots[pick % len(slots)]
+    _, rep = localize(fabric, [Fault("slow-gpu", f"{host}/gpu{gpu}", params={"factor": factor})],
+                      seed=seed, job=job)
+    assert [(f.kind, f.subject) for f in rep.device_findings()] == [("slow-gpu", f"{host}/gpu{gpu}")]
