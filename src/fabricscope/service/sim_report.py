@@ -120,12 +120,13 @@ def plot_link_heatmap(result: ScenarioResult, path: Path, *, bins: int = 40, per
     n = max(len(firsts), 1)
     ncols = min(3, n)
     nrows = math.ceil(n / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols + 1.5, 4.2 * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols + 1.5, 4.2 * nrows), squeeze=False,
+                             layout="constrained")
     flat_axes = axes.ravel().tolist()
     for ax in flat_axes[len(firsts):]:
         ax.axis("off")
     im = None
-    for k, (ax, run) in enumerate(zip(flat_axes, firsts, strict=False)):
+    for panel, (ax, run) in enumerate(zip(flat_axes, firsts, strict=False)):
         res = run.result
         util = res.utilization
         assert util is not None
@@ -139,7 +140,8 @@ def plot_link_heatmap(result: ScenarioResult, path: Path, *, bins: int = 40, per
                 continue
             # The busiest links of the tier, plus any link that carried nothing (a failed one).
             top = sel[np.argsort(-mean[sel], kind="stable")][:per_tier]
-            ticks.append((len(rows) + len(top) / 2, f"{tier}\n({sel.shape[0]} links)"))
+            shown = f"top {len(top)} of {sel.shape[0]}" if len(top) < sel.shape[0] else f"{sel.shape[0]}"
+            ticks.append((len(rows) + len(top) / 2, f"{tier}\n({shown} links)"))
             rows.extend(int(e) for e in top)
         t0, mat = util.timeline(rows, bins=bins)
         t_end = float(util.t1[-1]) if util.n_intervals else 1.0
@@ -147,13 +149,13 @@ def plot_link_heatmap(result: ScenarioResult, path: Path, *, bins: int = 40, per
                        extent=(float(t0[0]) / 1e3 if t0.shape[0] else 0.0, t_end / 1e3, len(rows), 0))
         acc = 0
         for tier in _TIER_ORDER:
-            k = min(int((tiers == tier).sum()), per_tier)
-            if k:
-                acc += k
+            n_tier = min(int((tiers == tier).sum()), per_tier)
+            if n_tier:
+                acc += n_tier
                 ax.axhline(acc, color="white", linewidth=0.6)
         ax.set_yticks([p for p, _ in ticks])
         ax.set_yticklabels([s for _, s in ticks], fontsize=7)
-        if k % ncols:
+        if panel % ncols:  # tier labels once per row of panels: they would overlap the neighbour
             ax.tick_params(labelleft=False)
         ax.set_xlabel("time (us)")
         ax.set_title(run.label, fontsize=10)
