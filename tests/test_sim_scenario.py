@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fabricscope.cli import app
-from fabricscope.model.errors import ConfigError, FabricscopeError
+from fabricscope.model.errors import ConfigError, FabricscopeError, UnroutableError
 from fabricscope.sim.scenario import (
     parse_scenario,
     prepare,
@@ -95,11 +95,13 @@ def test_cli_runs_writes_report_and_reports_partition(tmp_path: Path) -> None:
     data = json.loads((out / "sim.json").read_text())
     assert [row["scheme"] for row in data["table"]] == ["ecmp", "spray"]
     assert (out / "fct_cdf.png").stat().st_size > 1000 and (out / "link_util.png").stat().st_size > 1000
-    # Cutting a leaf's only spine cable partitions it: flows are listed as unroutable.
+    # Cutting a leaf's only spine cable partitions it: flows are listed as unroutable, the
+    # table is still printed, and the command ends with an UnroutableError (exit 2 in main()).
     r = runner.invoke(app, ["sim", "--topo", "leaf-spine:leaves=2,hosts_per_leaf=2,spines=1",
                             "--workload", "permutation:size=1MB", "--fail", "leaf-000~spine-00"])
-    assert r.exit_code == 0, r.output
-    assert "unroutable" in r.output and "warning" in r.output
+    assert isinstance(r.exception, UnroutableError), r.output
+    assert "partitioned" in str(r.exception) and "ecmp (faults)" in str(r.exception)
+    assert "unroutable" in r.output and "warning" in r.output and "last byte" in r.output
 
 
 @pytest.mark.slow
@@ -115,6 +117,8 @@ def test_cli_bad_input_is_one_error_line(tmp_path: Path) -> None:
         ["sim", "--topo", "rail-optimized:servers=8,radix=4", "--workload", "permutation:size=1MB"],
         ["sim", "--topo", "fat-tree:k=4", "--workload", "flows:flows=[]"],
         ["sim", "--topo", "fat-tree:k=4"],
+        ["sim", "--topo", "leaf-spine:leaves=2,hosts_per_leaf=2,spines=1", "--workload",
+         "permutation:size=1MB", "--fail", "leaf-000~spine-00"],  # a partitioning failure
     ]
     for args in cases:
         p = subprocess.run([sys.executable, "-c", "from fabricscope.cli import main; main()", *args],

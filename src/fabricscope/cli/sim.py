@@ -101,6 +101,7 @@ def register(app: typer.Typer) -> None:
 
             result = run_scenario(prep, progress=progress, record_utilization=out is not None)
         console.print(format_table(result))
+        partitioned: list[str] = []
         for r in result.runs:
             if r.result.unroutable or r.result.blocked:
                 ex = r.result.summary().get("unroutable_flows", [])
@@ -109,7 +110,16 @@ def register(app: typer.Typer) -> None:
                     f"[yellow]warning[/]: {r.label} seed {r.seed}: {len(r.result.unroutable)} flow(s) "
                     f"unroutable (partitioned), {len(r.result.blocked)} blocked behind them: {first}"
                 )
+                partitioned.append(f"{r.label} seed {r.seed} ({len(r.result.unroutable)}, e.g. {first.split(', ')[0]})")
         if out is not None:
             files = write_report(result, out, plots=not no_plot)
             for kind, path in files.items():
                 console.print(f"{kind}: {path}")
+        if partitioned:
+            # The report above is complete; a partitioned fabric is still an error for scripts.
+            from fabricscope.model.errors import UnroutableError
+
+            raise UnroutableError(
+                "the fabric is partitioned: unroutable flows in " + "; ".join(partitioned)
+                + " (check --fail / faults: a NIC or leaf lost its last link)"
+            )
