@@ -154,3 +154,20 @@ def test_scenario_with_an_inventory_file(tmp_path: Path) -> None:
     with pytest.raises(FabricscopeError, match=r"missing\.yaml"):
         prepare(parse_scenario({"topology": {"file": "missing.yaml"}, "workload": {"kind": "permutation", "size": 1}},
                                source=str(p)))
+
+
+def test_the_scenario_file_in_docs_sim_md_is_valid(tmp_path: Path) -> None:
+    """The documented example must load and prepare as printed (regression: PyYAML reads
+    `batch_rtol: 1e-9` as a string, which the reader rejected)."""
+    doc = Path(__file__).resolve().parents[1] / "docs" / "sim.md"
+    if not doc.exists():
+        pytest.skip(f"{doc} not found (installed without the docs)")
+    text = doc.read_text(encoding="utf-8")
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    p = tmp_path / "scenario.yaml"
+    p.write_text(block)
+    sc = read_scenario(p)
+    assert sc.batch_rtol == pytest.approx(1e-9)
+    assert sc.schemes == ("ecmp", "spray", "dlb") and sc.seeds == (0, 1)
+    prep = prepare(sc)
+    assert [f.kind for f in prep.faults] == ["link-down", "link-degraded"]

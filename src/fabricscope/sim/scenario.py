@@ -26,6 +26,7 @@ its ports ``a:eth1`` or its two devices ``a~b`` (the first cable between them).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -299,6 +300,9 @@ def parse_scenario(data: object, *, source: str = "<scenario>") -> Scenario:
         raise _err(source, "seeds", f"expected a list of integers, got {seeds_raw!r}")
     fb = _size(data.get("flowlet_bytes", 256 * 1024), "flowlet_bytes", source)
     rtol = data.get("batch_rtol", 1e-9)
+    if isinstance(rtol, str):  # PyYAML (YAML 1.1) reads `1e-9` (no dot) as a string
+        with contextlib.suppress(ValueError):
+            rtol = float(rtol)
     if isinstance(rtol, bool) or not isinstance(rtol, int | float) or not 0 <= rtol < 0.1:
         raise _err(source, "batch_rtol", f"expected a number in [0, 0.1), got {rtol!r}")
     return Scenario(
