@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,14 @@ from fabricscope.sim.faults import Fault, FaultSchedule
 from fabricscope.sim.twin import NS, Twin, background_load
 from fabricscope.store.telemetry import TelemetryStore
 from fabricscope.telemetry.config import load_config, parse_config, parse_duration_ns
-from fabricscope.telemetry.detectors import default_detectors
+from fabricscope.telemetry.detectors import (
+    DetectorSet,
+    ErrorIncreaseDetector,
+    FlapDetector,
+    MicroBurstDetector,
+    PauseStormDetector,
+    default_detectors,
+)
 from fabricscope.telemetry.paths import parse_path, schema_name, tags_of
 from fabricscope.telemetry.processors import (
     Aggregate,
@@ -104,6 +112,26 @@ def test_detectors_find_each_injected_fault_and_nothing_else() -> None:
     burst = next(f for f in found if f.kind == "micro-burst" and f.subject == "leaf-000:eth3")
     assert 2.3 * NS < burst.window[0] <= 3 * NS  # found at the first sample after the burst
     assert all(0 <= f.score <= 1 for f in found)
+
+
+def test_detector_set_prefilter_keeps_what_each_detector_needs() -> None:
+    faults = [Fault("micro-burst", "leaf-000:eth3", int(2.3 * NS), int(2.3 * NS) + 5_000_000, {"depth_bytes": 3e6})]
+    batches = _twin_events(faults, 4)
+    seen: list[int] = []
+
+    def custom(events: Sequence[TelemetryEvent]) -> list[Finding]:  # a user's own: no _names
+        seen.append(len(events))
+        return []
+
+    # the set's one-pass prefilter finds exactly what each detector finds on the whole stream
+    each = [MicroBurstDetector(), ErrorIncreaseDetector(), FlapDetector(), PauseStormDetector()]
+    alone = [f for b in batches for d in each for f in d(b)]
+    together = [f for b in batches for f in default_detectors()(b)]
+    assert sorted(map(repr, alone)) == sorted(map(repr, together)) and together
+    mixed = DetectorSet([custom, MicroBurstDetector()])
+    for b in batches:
+        mixed(b)
+    assert seen == [len(b) for b in batches]
 
 
 def test_no_findings_on_a_healthy_fabric() -> None:

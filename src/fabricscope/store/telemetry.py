@@ -65,11 +65,10 @@ class EventTable:
         # dictionary-encoded column, so the per-event cost is one dict lookup.
         memo = self._tags_json
         ids = list(map(id, tag_maps))
+        by_id = dict(zip(ids, tag_maps, strict=True))  # distinct leaves, first-seen order (C loop)
         pos: dict[int, int] = {}
         labels: list[str] = []
-        for i, t in zip(ids, tag_maps, strict=True):
-            if i in pos:
-                continue
+        for i, t in by_id.items():
             hit = memo.get(i)
             if hit is None or hit[0] is not t:
                 hit = (t, json.dumps(dict(t), sort_keys=True))
@@ -78,7 +77,7 @@ class EventTable:
                 memo[i] = hit
             pos[i] = len(labels)
             labels.append(hit[1])
-        idx = pa.array([pos[i] for i in ids], pa.int32())
+        idx = pa.array(list(map(pos.__getitem__, ids)), pa.int32())
         return pa.DictionaryArray.from_arrays(idx, pa.array(labels, pa.string())).cast(pa.string())
 
     def events_table(self, events: Sequence[TelemetryEvent]) -> pa.Table:

@@ -378,6 +378,7 @@ class WireFlattener:
         out: list[TelemetryEvent] = []
         append = out.append
         ev = TelemetryEvent
+        dbl = _DBL
         try:
             while i < end:
                 if resp[i] != 0x22:  # not an update (delete, atomic...)
@@ -423,6 +424,8 @@ class WireFlattener:
                         v |= (x & 0x7F) << shift
                         shift += 7
                     append(ev(nt[0], ts, target, nt[1], v))
+                elif resp[k] == 0x71:  # double_val (readings): 8 bytes little-endian, no slice
+                    append(ev(nt[0], ts, target, nt[1], dbl(resp, k + 1)[0]))
                 else:
                     append(ev(nt[0], ts, target, nt[1], _typed(resp[k : k + resp[i + 1]])))
                 i = nxt

@@ -315,9 +315,28 @@ class DetectorSet:
 
     def __init__(self, detectors: Sequence[Detector]) -> None:
         self.detectors = list(detectors)
+        # Built-in detectors look only at a few leaves (``_names.wanted``) and skip the rest.
+        # One pass keeps the events any of them wants, so each detector scans ~1/3 of a
+        # full-tree subscription instead of all of it. A detector without ``_names`` (a
+        # user's own) still sees every event.
+        wanted: set[str] = set()
+        for d in self.detectors:
+            names = getattr(d, "_names", None)
+            if not isinstance(names, _Names):
+                self._wanted: _Names | None = None
+                break
+            wanted |= names.wanted
+        else:
+            self._wanted = _Names(frozenset(wanted))
 
     def __call__(self, events: Events) -> list[Finding]:
         out: list[Finding] = []
+        if not self.detectors:
+            return out
+        if self._wanted is not None:
+            memo = self._wanted._memo
+            want = self._wanted
+            events = [e for e in events if (memo[e.name] if e.name in memo else want(e.name)) is not None]
         for d in self.detectors:
             out += d(events)
         return out
