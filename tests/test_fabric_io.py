@@ -88,7 +88,13 @@ def test_rejections_name_file_field_value() -> None:
     assert "devices[0] (host0000).role: expected one of" in _bad(lambda d: d["devices"][0].update(role="router"))
     assert "address: not an IP address: '1.2.3'" in _bad(lambda d: d["devices"][1].update(address="1.2.3"))
     assert "devices[0].id: 'a:b' contains ':'" in _bad(lambda d: d["devices"][0].update(id="a:b"))
-    assert "devices: duplicate id 'host0000'" in _bad(lambda d: d["devices"].append(dict(d["devices"][0])))
+    assert ".id: duplicate id 'host0000' (first at devices[0])" in _bad(
+        lambda d: d["devices"].append(dict(d["devices"][0])))
+    # A NIC renamed onto its neighbour's id: named as a duplicate, not as a link to a missing device.
+    assert "(host0000/nic0).id: duplicate id 'host0000/nic0' (first at devices[1])" in _bad(
+        lambda d: d["devices"][2].update(id="host0000/nic0"))
+    assert "address: duplicate address '198.18.0.1' (first at devices[1])" in _bad(
+        lambda d: d["devices"][2].update(address="198.18.0.1"))
     assert "links[0].capacity_gbps: must be > 0, got 0" in _bad(lambda d: d["links"][0].update(capacity_gbps=0))
     assert "links[0].capacity_gbps: expected a number, got '400G'" in _bad(
         lambda d: d["links"][0].update(capacity_gbps="400G"))

@@ -126,7 +126,7 @@ def _print_summary(s: dict[str, object]) -> None:
     t.add_column("value")
     t.add_row("GPUs", f"{s['gpus']:,}")
     t.add_row("hosts", f"{s['hosts']:,}")
-    t.add_row("NICs", f"{s['nics']:,} ({s['nic_ports']:,} ports, {_gbps(float(str(s['nic_gbps'])))} each)")
+    t.add_row("NICs", f"{s['nics']:,} ({_gbps(float(str(s['nic_gbps'])))} each, {s['nic_ports']:,} ports in all)")
     t.add_row("switches", f"{s['switches_total']:,} ({_switch_text(s)})")
     links = s["links"]
     caps = s["link_capacity_gbps"]

@@ -118,6 +118,8 @@ def _list(data: Mapping[Any, Any], key: str, pr: _Problems, *, required: bool) -
 
 def _devices(raw: list[Any], pr: _Problems) -> list[Device]:
     out: list[Device] = []
+    first_id: dict[str, int] = {}  # id -> first index; caught here, before links resolve ports
+    first_addr: dict[str, int] = {}
     for i, item in enumerate(raw):
         where = f"devices[{i}]"
         if not isinstance(item, dict):
@@ -127,6 +129,9 @@ def _devices(raw: list[Any], pr: _Problems) -> list[Device]:
         did = item.get("id")
         if _check_id(did, f"{where}.id", pr):
             where = f"devices[{i}] ({did})"
+            if did in first_id:
+                pr.add(f"{where}.id", f"duplicate id {did!r} (first at devices[{first_id[did]}])")
+            first_id.setdefault(did, i)
         _check_keys(item, _DEVICE_KEYS, where, pr)
         role: Any = item.get("role")
         if role not in ROLES:
@@ -144,6 +149,10 @@ def _devices(raw: list[Any], pr: _Problems) -> list[Device]:
                 ipaddress.ip_address(addr)
             except ValueError:
                 pr.add(f"{where}.address", f"not an IP address: {addr!r}")
+            else:
+                if addr in first_addr:  # two NICs with one address would hash as one endpoint
+                    pr.add(f"{where}.address", f"duplicate address {addr!r} (first at devices[{first_addr[addr]}])")
+                first_addr.setdefault(addr, i)
         if len(pr.items) == n0:
             out.append(Device(
                 id=str(did), role=role, pod=item.get("pod"), plane=item.get("plane"),
