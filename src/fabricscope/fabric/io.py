@@ -131,7 +131,7 @@ def _devices(raw: list[Any], pr: _Problems) -> list[Device]:
             where = f"devices[{i}] ({did})"
             if did in first_id:
                 pr.add(f"{where}.id", f"duplicate id {did!r} (first at devices[{first_id[did]}])")
-            first_id.setdefault(did, i)
+            first_id.setdefault(str(did), i)
         _check_keys(item, _DEVICE_KEYS, where, pr)
         role: Any = item.get("role")
         if role not in ROLES:
