@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-_BUILD_HELP = """Build a fabric inventory of KIND and write it to FILE (.yaml, .yml or .json).
+_BUILD_HELP = """Build a fabric inventory of KIND and write it to --out FILE (.yaml, .yml or .json).
 
 KIND is one of: leaf-spine, fat-tree, rail-optimized, multi-plane, dual-tor.
 Builder parameters follow as KEY=VALUE (dashes or underscores); `--params KIND` lists them.
@@ -33,8 +33,7 @@ Examples:
 
 _SHOW_HELP = """Summarize an inventory FILE: GPUs, switches by tier, links, bisection, oversubscription.
 
-Also hosts, NICs, rails and planes. Bisection is half the smallest total capacity between two
-adjacent tiers (see docs/fabric.md).
+Also hosts, NICs, rails and planes. Bisection is half the smallest total capacity between two adjacent tiers (see docs/fabric.md).
 
 Examples:
 
