@@ -171,3 +171,14 @@ def test_the_scenario_file_in_docs_sim_md_is_valid(tmp_path: Path) -> None:
     assert sc.schemes == ("ecmp", "spray", "dlb") and sc.seeds == (0, 1)
     prep = prepare(sc)
     assert [f.kind for f in prep.faults] == ["link-down", "link-degraded"]
+
+
+def test_command_line_hash_overrides_a_scenario_file(tmp_path: Path) -> None:
+    p = tmp_path / "s.yaml"
+    p.write_text("topology: {kind: fat-tree, params: {k: 4}}\nworkload: {kind: permutation, size: 1MB}\n"
+                 "hash: {function: crc32, seed: 3}\n")
+    sc = read_scenario(p)
+    assert sc.hash.per_switch_seed
+    got = with_overrides(sc, hash_function="xor", polarized=True)
+    assert (got.hash.function, got.hash.seed, got.hash.per_switch_seed) == ("xor", 3, False)
+    assert with_overrides(sc, lb="spray").hash == sc.hash

@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
         fail: list[str] = typer.Option([], "--fail", help="LINK to take down (repeatable)."),
         degrade: list[str] = typer.Option([], "--degrade", help="LINK=FACTOR: capacity kept, 0.25 or 25% (repeatable)."),
         seed: list[int] = typer.Option([], "--seed", help="Seed(s) for placement / permutation / random LB (repeatable)."),
-        hash_function: str = typer.Option("crc32", "--hash", help="ECMP hash: crc32, crc16 or xor."),
+        hash_function: str | None = typer.Option(None, "--hash", help="ECMP hash: crc32 (default), crc16 or xor."),
         polarized: bool = typer.Option(False, "--polarized", help="Same hash seed on every switch (shows polarization)."),
         out: Path | None = typer.Option(None, "--out", "-o", help="Directory for sim.json, fct_cdf.png, link_util.png."),
         no_plot: bool = typer.Option(False, "--no-plot", help="Skip the plots."),
@@ -67,8 +67,9 @@ def register(app: typer.Typer) -> None:
             if topo is not None or workload is not None:
                 raise ConfigError("--topo/--workload: give either a scenario file or flags, not both")
             sc = read_scenario(scenario_file)
-            if lb is not None or seed or fail or degrade:
-                sc = with_overrides(sc, lb=lb, seeds=seed, fail=fail, degrade=degrade)
+            if lb is not None or seed or fail or degrade or hash_function is not None or polarized:
+                sc = with_overrides(sc, lb=lb, seeds=seed, fail=fail, degrade=degrade,
+                                    hash_function=hash_function, polarized=polarized)
         else:
             if topo is None or workload is None:
                 raise ConfigError(
@@ -77,7 +78,7 @@ def register(app: typer.Typer) -> None:
                 )
             sc = scenario_from_flags(
                 topo=topo, workload=workload, lb=lb or "ecmp", fail=fail, degrade=degrade,
-                seeds=seed or [0], hash_function=hash_function, per_switch_seed=not polarized,
+                seeds=seed or [0], hash_function=hash_function or "crc32", per_switch_seed=not polarized,
             )
         prep = prepare(sc)  # everything is validated before the first run
         n_flows = sum(len(w.flows) for w in prep.workloads.values())

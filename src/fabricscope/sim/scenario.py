@@ -438,11 +438,20 @@ def with_overrides(
     seeds: Sequence[int] = (),
     fail: Sequence[str] = (),
     degrade: Sequence[str] = (),
+    hash_function: str | None = None,
+    polarized: bool = False,
 ) -> Scenario:
-    """A scenario with command-line overrides: schemes and seeds replaced, faults added."""
+    """A scenario with command-line overrides: schemes, seeds and the hash replaced, faults added."""
     d = scenario_to_dict(sc)
     if lb is not None:
         d["lb"] = lb
+    if hash_function is not None or polarized:
+        h = dict(d["hash"])  # type: ignore[call-overload]
+        if hash_function is not None:
+            h["function"] = hash_function
+        if polarized:
+            h["per_switch_seed"] = False
+        d["hash"] = h
     if seeds:
         d["seeds"] = list(seeds)
     extra = _flag_faults(fail, degrade)
