@@ -86,7 +86,7 @@ def test_lab_localizes_random_gray_link_within_60s(built: tuple[lab.Lab, Path]) 
     lab.fault(built_lab, link, loss_pct=10)
     t0 = time.monotonic()
     try:
-        findings = _probe(built_lab, tmp, "fault", 25)
+        findings = _probe(built_lab, tmp, "fault", 20)
     finally:
         lab.clear_faults(built_lab)
     elapsed = time.monotonic() - t0
@@ -97,4 +97,4 @@ def test_lab_localizes_random_gray_link_within_60s(built: tuple[lab.Lab, Path]) 
 
 def test_lab_fault_free_run_has_no_findings(built: tuple[lab.Lab, Path]) -> None:
     built_lab, tmp = built
-    assert _probe(built_lab, tmp, "clean", 20) == []
+    assert _probe(built_lab, tmp, "clean", 15) == []
