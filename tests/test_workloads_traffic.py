@@ -87,6 +87,7 @@ def test_csv_errors_are_collected_with_row_field_value(ft):
     assert "flows.csv: row 3: dst: 'nowhere'" in msg
     assert "flows.csv: row 4: size" in msg and "'lots'" in msg
     assert "row 5: dst: same NIC" in msg
+    assert "\n" not in msg  # one error line on the command line
 
 
 def test_csv_header_and_extra_cells(ft):

@@ -187,7 +187,7 @@ def parse_flow_rows(
     if errors:
         more = len(errors) - MAX_REPORTED_ERRORS
         lines = errors[:MAX_REPORTED_ERRORS] + ([f"... and {more} more"] if more > 0 else [])
-        raise ConfigError(f"{len(errors)} error(s) in flow list:\n" + "\n".join(lines))
+        raise ConfigError(f"{len(errors)} error(s) in flow list: " + "; ".join(lines))  # one line
     if not len(fl):
         raise WorkloadError(f"{source}: no flows (empty flow list)")
     return Workload(name or pathlib.PurePath(source).stem or "flow-list", fl.flows(),
@@ -247,9 +247,9 @@ def parse_flow_json(fabric: Fabric, text: str, *, source: str = "<json>") -> Wor
     except ConfigError as exc:
         if not errors:
             raise
-        raise ConfigError(f"{len(errors)} error(s) in flow list:\n" + "\n".join(errors) + "\n" + str(exc)) from None
+        raise ConfigError(f"{len(errors)} error(s) in flow list: " + "; ".join(errors) + "; " + str(exc)) from None
     if errors:
-        raise ConfigError(f"{len(errors)} error(s) in flow list:\n" + "\n".join(errors))
+        raise ConfigError(f"{len(errors)} error(s) in flow list: " + "; ".join(errors))
     return wl
 
 
