@@ -125,6 +125,16 @@ def plot_link_heatmap(result: ScenarioResult, path: Path, *, bins: int = 40, per
     flat_axes = axes.ravel().tolist()
     for ax in flat_axes[len(firsts):]:
         ax.axis("off")
+    # Directed edges of the faulted cables: always shown in the faulted runs' panels (a dead
+    # link carries nothing, so "busiest first" alone would hide it).
+    faulted: dict[str, str] = {}  # directed edge id -> "down" / "degraded"
+    for f in result.faults:
+        what = "down" if f.kind == "link-down" else "degraded"
+        if "|" in f.subject:
+            a, b = f.subject.split("|", 1)
+            faulted.update({f"{a}->{b}": what, f"{b}->{a}": what})
+        else:
+            faulted[f.subject] = what
     im = None
     for panel, (ax, run) in enumerate(zip(flat_axes, firsts, strict=False)):
         res = run.result
@@ -133,6 +143,7 @@ def plot_link_heatmap(result: ScenarioResult, path: Path, *, bins: int = 40, per
         mean = util.mean_utilization()
         tiers = np.array(res.edge_tier)
         rows: list[int] = []
+        row_counts: list[int] = []
         ticks: list[tuple[float, str]] = []
         for tier in _TIER_ORDER:
             sel = np.flatnonzero(tiers == tier)
@@ -140,19 +151,26 @@ def plot_link_heatmap(result: ScenarioResult, path: Path, *, bins: int = 40, per
                 continue
             # The busiest links of the tier, plus any link that carried nothing (a failed one).
             top = sel[np.argsort(-mean[sel], kind="stable")][:per_tier]
+            if faulted and "(" in run.label:
+                hit = [int(e) for e in sel if res.edge_ids[int(e)] in faulted and int(e) not in set(top.tolist())]
+                if hit:
+                    top = np.concatenate([top[: max(per_tier - len(hit), 0)], np.array(hit, dtype=top.dtype)])
             shown = f"top {len(top)} of {sel.shape[0]}" if len(top) < sel.shape[0] else f"{sel.shape[0]}"
             ticks.append((len(rows) + len(top) / 2, f"{tier}\n({shown} links)"))
             rows.extend(int(e) for e in top)
+            row_counts.append(len(top))
         t0, mat = util.timeline(rows, bins=bins)
         t_end = float(util.t1[-1]) if util.n_intervals else 1.0
         im = ax.imshow(mat, aspect="auto", cmap="magma", vmin=0, vmax=1, interpolation="nearest",
                        extent=(float(t0[0]) / 1e3 if t0.shape[0] else 0.0, t_end / 1e3, len(rows), 0))
-        acc = 0
-        for tier in _TIER_ORDER:
-            n_tier = min(int((tiers == tier).sum()), per_tier)
-            if n_tier:
-                acc += n_tier
-                ax.axhline(acc, color="white", linewidth=0.6)
+        bounds = np.cumsum(row_counts)
+        for acc in bounds:
+            ax.axhline(float(acc), color="white", linewidth=0.6)
+        for r_i, e in enumerate(rows):
+            if res.edge_ids[e] in faulted and "(" in run.label:
+                ax.axhline(r_i + 0.5, color="cyan", linewidth=1.0, linestyle="--")
+                ax.text(0.99, r_i + 0.5, f"link {faulted[res.edge_ids[e]]}", transform=ax.get_yaxis_transform(),
+                        ha="right", va="bottom", color="cyan", fontsize=8)
         ax.set_yticks([p for p, _ in ticks])
         ax.set_yticklabels([s for _, s in ticks], fontsize=7)
         if panel % ncols:  # tier labels once per row of panels: they would overlap the neighbour
