@@ -83,17 +83,24 @@ def plot_fct_cdf(result: ScenarioResult, path: Path) -> Path:
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for label in result.labels():
-        f = np.concatenate([r.result.fct_us() for r in result.runs if r.label == label])
+        runs = [r for r in result.runs if r.label == label]
+        f = np.concatenate([r.result.fct_us() for r in runs])
+        # Fractions of ALL flows: unroutable / blocked ones never complete, so the curve
+        # stops below 1 instead of hiding them.
+        total = sum(int(r.result.flow_ids.shape[0]) for r in runs)
+        lost = total - f.shape[0]
+        note = f", {lost} never completed (unroutable)" if lost else ""
         if f.shape[0] == 0:
+            ax.plot([], [], linestyle="none", label=f"{label}: no flow completed{note}")
             continue
         x = np.sort(f)
-        y = np.arange(1, x.shape[0] + 1) / x.shape[0]
+        y = np.arange(1, x.shape[0] + 1) / max(total, 1)
         style = "--" if "(" in label else "-"
         ax.step(x, y, where="post", linestyle=style,
-                label=f"{label}: p50 {np.percentile(f, 50):.0f} us, p99 {np.percentile(f, 99):.0f} us")
+                label=f"{label}: p50 {np.percentile(f, 50):.0f} us, p99 {np.percentile(f, 99):.0f} us{note}")
     ax.set_xscale("log")
     ax.set_xlabel("flow completion time (us, log scale)")
-    ax.set_ylabel("fraction of flows")
+    ax.set_ylabel("fraction of flows completed")
     ax.set_ylim(0, 1.01)
     ax.grid(True, which="both", alpha=0.3)
     sc = result.scenario
@@ -177,6 +184,9 @@ def plot_link_heatmap(result: ScenarioResult, path: Path, *, bins: int = 40, per
             ax.tick_params(labelleft=False)
         ax.set_xlabel("time (us)")
         ax.set_title(run.label, fontsize=10)
+        if res.unroutable and not res.done.any():  # a partitioned run: say so, not just black
+            ax.text(0.5, 0.5, f"nothing delivered:\n{len(res.unroutable)} flow(s) unroutable (partitioned)",
+                    transform=ax.transAxes, ha="center", va="center", color="white", fontsize=10)
     if im is not None:
         fig.colorbar(im, ax=flat_axes, label="link utilization", shrink=0.8)
     fig.suptitle(f"{result.scenario.name}: busiest links per tier over time (seed {result.scenario.seeds[0]})")
