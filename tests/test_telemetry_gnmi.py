@@ -330,6 +330,31 @@ def test_target_dies_mid_stream_collector_reconnects_and_loses_nothing() -> None
     assert [v for _, v in leaf] == sorted(v for _, v in leaf)
 
 
+def test_collector_collects_garbage_less_often_while_running_and_restores_after() -> None:
+    import gc
+
+    seen: list[int] = []
+
+    class Probe(MemorySink):
+        def write(self, events: Any, findings: Any) -> None:
+            seen.append(gc.get_threshold()[0])
+            super().write(events, findings)
+
+    async def go() -> None:
+        target = GnmiTarget(_twin())
+        port = await target.start()
+        try:
+            await Collector(_config(port, {"paths": [COUNTERS], "mode": "once"}), sinks=[Probe()],
+                            detectors=DetectorSet([])).run(duration_s=3)
+        finally:
+            await target.stop()
+
+    before = gc.get_threshold()
+    asyncio.run(go())
+    assert seen and min(seen) >= 100_000
+    assert gc.get_threshold() == before
+
+
 def test_subscribe_errors_reach_the_collector_as_status_codes() -> None:
     tw = _twin()
     _, col = asyncio.run(_collect(GnmiTarget(tw), {"paths": ["/no/such/tree"], "mode": "once"}, 0.4))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import random
@@ -320,6 +321,19 @@ class Collector:
     # ------------------------------------------------------------------ run
     async def run(self, *, duration_s: float | None = None) -> CollectorStats:
         """Collect until :meth:`stop` (or ``duration_s``; ONCE-only configs end by themselves)."""
+        # Up to buffer.max-events GC-tracked events are alive at once; CPython's default
+        # young-generation threshold (700 allocations) then runs collections that traverse
+        # them every few milliseconds: 20-25 % of the decode+detect CPU, measured with 10^6
+        # events in flight. Collect the young generation every 100k allocations while the
+        # collector runs (the events form no cycles), and restore the threshold after.
+        old = gc.get_threshold()
+        gc.set_threshold(max(old[0], 100_000), *old[1:])
+        try:
+            return await self._run(duration_s)
+        finally:
+            gc.set_threshold(*old)
+
+    async def _run(self, duration_s: float | None) -> CollectorStats:
         self.buffer = EventBuffer(self.cfg.buffer_max_events)
         self._stop = asyncio.Event()
         channels: list[grpc.aio.Channel] = []
