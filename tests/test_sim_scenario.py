@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from fabricscope.cli import app
 from fabricscope.model.errors import ConfigError, FabricscopeError, UnroutableError
+from fabricscope.service.sim_report import format_table
 from fabricscope.sim.scenario import (
     parse_scenario,
     prepare,
@@ -182,3 +183,30 @@ def test_command_line_hash_overrides_a_scenario_file(tmp_path: Path) -> None:
     got = with_overrides(sc, hash_function="xor", polarized=True)
     assert (got.hash.function, got.hash.seed, got.hash.per_switch_seed) == ("xor", 3, False)
     assert with_overrides(sc, lb="spray").hash == sc.hash
+
+
+def test_ring_steady_state_scenario_reports_the_collective_time() -> None:
+    """`steady_state: true` simulates one ring step; the table adds the whole collective's
+    time and busbw from that step's t = 0 rates, exactly as the Python API computes them."""
+    from fabricscope.sim.engine import steady_state_rates
+    from fabricscope.sim.workloads import (
+        path_latency_s,
+        ring_busbw_from_rates,
+        ring_time_from_rates,
+    )
+
+    sc = scenario_from_flags(topo="rail-optimized:servers=8,servers_per_leaf=2",
+                             workload="allreduce:size=64MiB,steady_state=true,placement=random",
+                             lb="ecmp,spray", seeds=[3])
+    prep = prepare(sc)
+    res = run_scenario(prep, record_utilization=False)
+    w = prep.workloads[3]
+    rows = {r["scheme"]: r for r in res.table()}
+    for scheme in ("ecmp", "spray"):
+        st = steady_state_rates(prep.fabric, w, lb=scheme, hash_config=sc.hash, seed=3)
+        lat = path_latency_s(prep.fabric, w, hash_config=sc.hash)
+        assert rows[scheme]["ring_ms"] == pytest.approx(ring_time_from_rates(w, st.rates_bps, latency_s=lat) * 1e3, abs=1e-3)
+        assert rows[scheme]["busbw_GBps"] == pytest.approx(ring_busbw_from_rates(w, st.rates_bps, latency_s=lat) / 1e9, abs=1e-3)
+    # Spraying never makes the ring slower than per-flow ECMP on the same placement.
+    assert float(str(rows["spray"]["ring_ms"])) <= float(str(rows["ecmp"]["ring_ms"])) + 1e-9
+    assert "ring ms" in format_table(res)

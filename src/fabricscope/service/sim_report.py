@@ -26,6 +26,7 @@ _COLUMNS = (
     ("fct_p99_us", "p99", "{:.1f}"),
     ("fct_max_us", "max", "{:.1f}"),
     ("completion_us", "last byte", "{:.1f}"),
+    ("ring_ms", "ring ms", "{:.2f}"),
     ("busbw_GBps", "busbw GB/s", "{:.2f}"),
     ("unroutable", "unrouted", "{}"),
     ("wall_s", "wall s", "{:.2f}"),

@@ -100,6 +100,10 @@ class Run:
     case: str
     seed: int
     result: SimResult
+    # A ring steady-state workload (``steady_state: true``): the whole collective's time and
+    # busbw predicted from the step's max-min rates at t = 0 (``ring_time_from_rates``).
+    ring_s: float | None = None
+    ring_busbw_Bps: float | None = None
 
     @property
     def label(self) -> str:
@@ -142,6 +146,10 @@ class ScenarioResult:
             }
             if rs[0].collective != "none" and rs[0].collective_bytes > 0:
                 row["busbw_GBps"] = _mean(x.busbw_Bps / 1e9 for x in rs)
+            rings = [r for r in self.runs if r.label == label and r.ring_s is not None]
+            if rings and len(rings) == len(rs):
+                row["ring_ms"] = _mean(float(r.ring_s or 0.0) * 1e3 for r in rings)
+                row["busbw_GBps"] = _mean(float(r.ring_busbw_Bps or 0.0) / 1e9 for r in rings)
             rows.append(row)
         return rows
 
@@ -159,7 +167,9 @@ class ScenarioResult:
             ],
             "table": self.table(),
             "runs": [
-                {"scheme": r.scheme, "case": r.case, "seed": r.seed, **r.result.summary()}
+                {"scheme": r.scheme, "case": r.case, "seed": r.seed, **r.result.summary(),
+                 **({"ring_ms": r.ring_s * 1e3, "ring_busbw_GBps": (r.ring_busbw_Bps or 0.0) / 1e9}
+                    if r.ring_s is not None else {})}
                 for r in self.runs
             ],
         }
@@ -554,8 +564,31 @@ def run_scenario(
                     faults=faults, seed=seed, flowlet_bytes=sc.flowlet_bytes,
                     batch_rtol=sc.batch_rtol, record_utilization=record_utilization, progress=cb,
                 )
-                runs.append(Run(scheme, case, seed, res))
+                ring_s, ring_bw = _ring_estimate(prep, seed, scheme, faults, res)
+                runs.append(Run(scheme, case, seed, res, ring_s, ring_bw))
     return ScenarioResult(sc, prep.fabric, tuple(runs), prep.faults)
+
+
+def _ring_estimate(
+    prep: Prepared, seed: int, scheme: str, faults: tuple[Fault, ...], res: SimResult
+) -> tuple[float | None, float | None]:
+    """Collective time and busbw of a ring steady-state workload (else ``(None, None)``):
+    the step's max-min rates at t = 0 and its path latencies, as the benchmarks use them."""
+    w = prep.workloads[seed]
+    if not w.meta.get("steady_state") or res.unroutable or not res.done.all():
+        return None, None
+    from fabricscope.sim.engine import steady_state_rates
+    from fabricscope.sim.workloads import (
+        path_latency_s,
+        ring_busbw_from_rates,
+        ring_time_from_rates,
+    )
+
+    sc = prep.scenario
+    st = steady_state_rates(prep.fabric, w, lb=scheme, hash_config=sc.hash, faults=faults, seed=seed)
+    lat = path_latency_s(prep.fabric, w, hash_config=sc.hash)  # hop count is the same on any Clos path
+    return (ring_time_from_rates(w, st.rates_bps, latency_s=lat),
+            ring_busbw_from_rates(w, st.rates_bps, latency_s=lat))
 
 
 __all__ = [
