@@ -172,6 +172,13 @@ def test_bad_inputs() -> None:
         background_load(FAB, utilization=2.0)
     with pytest.raises(KeyError):
         _twin()[0].leaves("nope")
+    # a fault the twin models must name a port/link of this fabric (else it would do nothing)
+    with pytest.raises(ConfigError, match=r"micro-burst: subject: .*'leaf-999:eth3'"):
+        Twin(FAB, clock=SimClock(), faults=FaultSchedule.of([Fault("micro-burst", "leaf-999:eth3", 0, NS)]))
+    with pytest.raises(ConfigError, match=r"pfc-storm: subject: no such port 'leaf-000:eth1->spine-00:eth1'"):
+        _twin()[0].set_faults(FaultSchedule.of([Fault("pfc-storm", "leaf-000:eth1->spine-00:eth1", 0, NS)]))
+    # kinds of other capabilities (a slow GPU rank) are not the twin's business
+    Twin(FAB, clock=SimClock(), faults=FaultSchedule.of([Fault("slow-gpu", "rank7", 0, NS)]))
 
 
 def test_trimming_switch_counts_trimmed_packets_instead_of_discards() -> None:

@@ -45,6 +45,9 @@ F64 = npt.NDArray[np.float64]
 
 NS = 1_000_000_000
 DAY_NS = 86_400 * NS
+# Fault kinds the twin models, by what their subject must name.
+_PORT_KINDS = frozenset({"pfc-storm", "optic-degrading"})
+_LINK_KINDS = frozenset({"link-degraded", "gray-loss", "congestion", "link-flap", "link-down", "micro-burst"})
 
 # Counter fields kept per directed link (egress side "out_*" belongs to from_port, ingress
 # side "in_*" to to_port).
@@ -201,6 +204,7 @@ class Twin:
         self._optics: dict[str, F64] = {k: v.copy() for k, v in self._optic_base.items()}
         self._leaves: dict[str, tuple[TwinLeaf, ...]] = {}
         self._queue_bg = np.zeros(m)
+        self._check_faults(self.faults)
 
     # ------------------------------------------------------------------ inputs
     def set_load(self, load_bps: Sequence[float] | F64) -> None:
@@ -226,7 +230,25 @@ class Twin:
 
     def set_faults(self, faults: FaultSchedule) -> None:
         """Replace the scenario from now on (e.g. inject once a collector is listening)."""
+        self._check_faults(faults)
         self.faults = faults
+
+    def _check_faults(self, faults: FaultSchedule) -> None:
+        # A fault the twin models but whose subject names no port or link of this fabric
+        # would silently do nothing; kinds the twin does not model (stragglers, slow GPUs)
+        # belong to other capabilities and are left alone.
+        for f in faults.faults:
+            if f.kind in _PORT_KINDS:
+                ok = f.subject in self.port_row
+            elif f.kind in _LINK_KINDS:
+                ok = bool(self._edges_of(f.subject))
+            else:
+                continue
+            if not ok:
+                what, forms = ("port", "'switch:ethN'") if f.kind in _PORT_KINDS else (
+                    "port or link", "'switch:ethN', 'a:ethX->b:ethY' or 'a:ethX|b:ethY'")
+                raise ConfigError(f"twin: fault {f.kind}: subject: no such {what} {f.subject!r} "
+                                  f"in {self.fabric.name} (expected {forms})")
 
     @property
     def now_ns(self) -> int:
