@@ -181,3 +181,29 @@ def test_two_whole_jobs_are_refused(tmp_path: Path) -> None:
         (tmp_path / f"{job}.jsonl").write_text(format_compact_lines(table_from_records(recs)))
     with pytest.raises(TraceFormatError, match="several jobs"):
         read_paths([tmp_path])
+
+
+def test_corrupt_parquet_in_a_folder_is_unused_once_named(tmp_path: Path) -> None:
+    d = _twin_kineto(tmp_path)
+    bad = d / "kineto" / "extra.parquet"
+    bad.write_bytes(b"PAR1" + b"garbage" * 20)  # pyarrow raises ArrowInvalid (a ValueError)
+    res = read_paths([d / "kineto"])
+    msgs = [u for u in res.unused if "extra.parquet" in u]
+    assert len(msgs) == 1 and msgs[0].count(str(bad)) == 1, msgs
+    assert "not a readable Parquet file" in msgs[0]
+    assert set(res.table.rank.tolist()) == set(range(8))
+
+
+def test_truncated_trace_keeps_its_clock_base(tmp_path: Path) -> None:
+    d = _twin_kineto(tmp_path)
+    f1 = d / "kineto" / "rank1.json.gz"
+    whole = read_kineto(f1)
+    raw = gzip.decompress(f1.read_bytes())
+    assert b'"baseTimeNanoseconds": 0' not in raw[:200]  # the twin writes a non-zero base
+    f1.write_bytes(gzip.compress(raw[: len(raw) // 2]))
+    cut = read_kineto(f1)
+    assert any("cut or corrupt" in w for w in cut.warnings)
+    n = len(cut.table)
+    assert 0 < n < len(whole.table)
+    # Same events, same absolute times: the salvaged file is not clock-shifted.
+    assert int(cut.table.start.min()) == int(whole.table.start.min())

@@ -69,7 +69,7 @@ def read_file(path: str | Path) -> ReadResult:
 
         try:
             cols = pq.read_schema(p).names
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # pyarrow.ArrowInvalid is a ValueError
             raise TraceFormatError(f"{p}: not a readable Parquet file ({exc})") from exc
         return read_bytedance(p) if "optype" in cols else read_compact(p)
     raise TraceFormatError(f"{p}: unknown trace format (expected .json[.gz], .jsonl[.gz] or "
@@ -109,7 +109,8 @@ def read_paths(paths: Iterable[str | Path]) -> ReadResult:
         try:
             res = read_file(f)
         except (TraceFormatError, OSError) as exc:
-            unused.append(f"{f}: {exc}")
+            msg = str(exc)
+            unused.append(msg if msg.startswith(str(f)) else f"{f}: {msg}")
             continue
         if len(res.table) == 0:
             unused.append(f"{f}: no usable operators")

@@ -73,7 +73,13 @@ def _salvage(text: str, source: str, warnings: list[str]) -> dict[str, Any]:
             break
         events.append(obj)
     head: dict[str, Any] = {"traceEvents": events}
-    m = re.search(r'"distributedInfo"\s*:\s*(\{.*?\})\s*,\s*"', text[:start] + text[pos:],
+    rest = text[:start] + text[pos:]
+    # The clock base sits outside traceEvents (before it in our writer, after it in
+    # PyTorch's): keep it when it survived, else the rank looks clock-shifted.
+    b = re.search(r'"baseTimeNanoseconds"\s*:\s*(\d+)', rest)
+    if b:
+        head["baseTimeNanoseconds"] = int(b.group(1))
+    m = re.search(r'"distributedInfo"\s*:\s*(\{.*?\})\s*,\s*"', rest,
                   re.DOTALL)
     if m:
         with contextlib.suppress(json.JSONDecodeError):
