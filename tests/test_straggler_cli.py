@@ -57,3 +57,29 @@ def test_demo_part_quick(tmp_path: Path) -> None:
     assert summary["found"] == summary["injected"]["subject"]  # type: ignore[index]
     assert any("injected" in x for x in lines) and any("found" in x for x in lines)
     json.dumps(summary)
+
+
+def test_bad_files_in_a_folder_are_reported_and_the_rest_analyzed(tmp_path: Path) -> None:
+    import gzip
+    import warnings
+
+    from fabricscope.straggler.pipeline import analyze_paths
+
+    run = tmp_path / "run"
+    out = runner.invoke(app, ["straggler", "twin", str(run), "--fault", "slow-gpu",
+                              "--comm", "alpha-beta", "--iterations", "8"])
+    assert out.exit_code == 0, out.output
+    k = run / "kineto"
+    raw = gzip.decompress((k / "rank3.json.gz").read_bytes())
+    (k / "rank3.json.gz").write_bytes(gzip.compress(raw[: len(raw) // 3]))
+    (k / "junk.parquet").write_bytes(b"PAR1 not parquet")
+    (k / "rank9.json.gz").unlink()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's all-NaN RuntimeWarning must not leak to stderr
+        _res, report = analyze_paths([k], inventory=run / "inventory.json")
+    text = "\n".join(report.warnings)
+    assert "rank3.json.gz" in text and "cut or corrupt at byte" in text
+    assert "junk.parquet" in text and "missing rank(s) 9" in text
+    assert "clock offset" not in text  # the cut file keeps its clock base
+    truth = json.loads((run / "truth.json").read_text())
+    assert report.findings and report.findings[0].subject == truth["expected"][0]["subject"]
