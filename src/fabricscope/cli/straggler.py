@@ -9,18 +9,13 @@ import typer
 
 _ANALYZE_HELP = """Find what slows a training job, from per-rank operator traces.
 
-PATH: trace files or folders of any supported format, mixed freely: PyTorch profiler (Kineto)
-JSON/.json.gz, one file per rank (NCCL or gloo); the ByteDance per-op Parquet table
-(trace-*.parquet); the compact fabricscope format (.jsonl[.gz] / .parquet, docs/straggler.md).
+PATH: trace files or folders of any supported format, mixed freely: PyTorch profiler (Kineto) JSON/.json.gz, one file per rank (NCCL or gloo); the ByteDance per-op Parquet table (trace-*.parquet); the compact fabricscope format (.jsonl[.gz] / .parquet, docs/straggler.md). An unreadable file is reported and skipped; the rest is analyzed.
 
-Prints a ranked table: device culprits (slow-gpu, slow-nic, slow-switch) with a posterior
-probability and the evidence, then workload imbalance (a heavier pipeline stage, sequence
-lengths) which is never reported as a faulty device; and the estimated slowdown
-(actual / ideal iteration time).
+Prints a ranked table: device culprits (slow-gpu, slow-nic, slow-switch) with a posterior probability and the evidence, then workload imbalance (a heavier pipeline stage, sequence lengths) which is never reported as a faulty device; and the estimated slowdown (actual / ideal iteration time).
 
 Examples:
 
-  fabricscope straggler analyze traces/                      (a folder of rank*.json.gz)
+  fabricscope straggler analyze traces/   (a folder of rank*.json.gz)
 
   fabricscope straggler analyze trace-AR.parquet --json
 
@@ -31,8 +26,7 @@ Examples:
 
 _TWIN_HELP = """Generate twin traces of a DP x TP x PP job with an injected fault, with the truth.
 
-Writes OUTDIR/kineto/rank<N>.json.gz, OUTDIR/trace.jsonl, OUTDIR/truth.json and
-OUTDIR/inventory.json (a rail-optimized cluster); then try `straggler analyze` on it.
+Writes OUTDIR/kineto/rank<N>.json.gz, OUTDIR/trace.jsonl, OUTDIR/truth.json and OUTDIR/inventory.json (a rail-optimized cluster); then try `straggler analyze` on it.
 
 Examples:
 
@@ -60,7 +54,7 @@ def register(app: typer.Typer) -> None:
         inventory: Path | None = typer.Option(None, "--inventory", "-i",
                                               help="fabric inventory (.yaml/.json): name GPUs, NICs, links"),
         placement: Path | None = typer.Option(None, "--placement",
-                                              help='rank placement JSON {"ranks": [[host, gpu], ...]}'),
+                                              help='rank placement JSON {"ranks": \\[\\["host0000", 0], ...]} (rank i on host, GPU index)'),
         plot: Path | None = typer.Option(None, "--plot", help="write a timeline plot (.png/.svg)"),
         as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
         top: int = typer.Option(5, "--top", help="rows of candidates to show"),
@@ -91,12 +85,12 @@ def register(app: typer.Typer) -> None:
         fault: str = typer.Option("slow-nic", "--fault",
                                   help="none | slow-gpu | slow-nic | link-degraded | congestion | "
                                        "switch-fault | stage-imbalance | sequence-imbalance"),
-        dp: int = typer.Option(4, "--dp"),
-        tp: int = typer.Option(2, "--tp"),
-        pp: int = typer.Option(2, "--pp"),
-        iterations: int = typer.Option(12, "--iterations"),
+        dp: int = typer.Option(4, "--dp", help="data-parallel size"),
+        tp: int = typer.Option(2, "--tp", help="tensor-parallel size (GPUs of one server)"),
+        pp: int = typer.Option(2, "--pp", help="pipeline-parallel size (stages)"),
+        iterations: int = typer.Option(12, "--iterations", help="training iterations traced"),
         comm: str = typer.Option("engine", "--comm", help="engine (flow engine) | alpha-beta"),
-        seed: int = typer.Option(0, "--seed"),
+        seed: int = typer.Option(0, "--seed", help="noise and fault-start seed"),
     ) -> None:
         from fabricscope.service.demo_straggler import write_twin_scenario
 

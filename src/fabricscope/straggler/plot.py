@@ -19,7 +19,7 @@ def plot_report(report: Report, path: str | Path, *, title: str | None = None) -
     its = np.array(report.iterations.iterations)
     dur = np.array(report.iterations.duration_ns, dtype=float) / 1e6
     x = np.arange(its.size)
-    fig, ax = plt.subplots(figsize=(10, 4))
+    fig, ax = plt.subplots(figsize=(10, 4.6))
     bottom = np.zeros(its.size)
     total_explained = np.zeros(its.size)
     for series in report.explained_ns.values():
@@ -34,15 +34,18 @@ def plot_report(report: Report, path: str | Path, *, title: str | None = None) -
         bottom += s
     ax.axhline(report.ideal_ns / 1e6, color="k", ls="--", lw=1,
                label=f"estimated ideal ({report.slowdown:.2f}x slowdown)")
-    for cp in report.iterations.change_points:
+    for k, cp in enumerate(report.iterations.change_points):
         pos = int(np.searchsorted(its, cp))
-        ax.axvline(pos - 0.5, color="#555", ls=":", lw=1)
+        ax.axvline(pos - 0.5, color="#555", ls=":", lw=1,
+                   label="change point" if k == 0 else None)
     ax.set_xticks(x[:: max(1, its.size // 20)])
     ax.set_xticklabels([str(i) for i in its[:: max(1, its.size // 20)]])
     ax.set_xlabel("iteration")
     ax.set_ylabel("iteration time (ms)")
     ax.set_title(title or f"{report.job}: where the iteration time goes")
-    ax.legend(fontsize=8, loc="upper left")
+    # Below the axes: inside it would hide the first bars (they reach the top).
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3,
+              frameon=False)
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out, dpi=110)
