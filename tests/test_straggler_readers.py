@@ -207,3 +207,13 @@ def test_truncated_trace_keeps_its_clock_base(tmp_path: Path) -> None:
     assert 0 < n < len(whole.table)
     # Same events, same absolute times: the salvaged file is not clock-shifted.
     assert int(cut.table.start.min()) == int(whole.table.start.min())
+
+
+def test_one_job_in_two_formats_is_read_once(tmp_path: Path) -> None:
+    d = _twin_kineto(tmp_path)  # kineto/ + trace.jsonl of the same job, truth.json beside
+    (d / "inventory.json").write_text(json.dumps({"devices": []}))  # not a trace: skipped
+    k = read_paths([d / "kineto"])
+    both = read_paths([d])
+    assert len(both.table) == len(k.table)
+    assert len(both.unused) == 1 and "read once" in both.unused[0], both.unused
+    assert "trace.jsonl" in both.unused[0]

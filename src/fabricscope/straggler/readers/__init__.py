@@ -39,7 +39,8 @@ __all__ = [
     "write_compact",
 ]
 
-_SKIP_NAMES = ("truth", "ground-truth", "meta-", "ms-", "mw-", "readme", "license")
+_SKIP_NAMES = ("truth", "ground-truth", "meta-", "ms-", "mw-", "readme", "license", "inventory",
+               "placement")
 
 
 def _kind(p: Path) -> str | None:
@@ -130,6 +131,23 @@ def read_paths(paths: Iterable[str | Path]) -> ReadResult:
     if len({j for _, j in whole}) > 1:
         names = ", ".join(f"{f.name} ({j})" for f, j in whole[:6])
         raise TraceFormatError(f"several jobs given ({names}): analyze one job at a time")
+    # One job written twice (the twin writes kineto/ and trace.jsonl; a hook may write both):
+    # a Kineto file whose rank a whole-job file already holds is read once, not doubled.
+    if whole and len(whole) < len(tables):
+        held: set[int] = set()
+        for f, t in zip(table_files, tables, strict=True):
+            if _kind(f) != "kineto":
+                held.update(t.ranks.tolist())
+        keep = [i for i, (f, t) in enumerate(zip(table_files, tables, strict=True))
+                if _kind(f) != "kineto" or not held.intersection(t.ranks.tolist())]
+        if len(keep) < len(tables):
+            src = ", ".join(str(f) for f, _ in whole[:3])
+            dup = [str(table_files[i]) for i in range(len(tables)) if i not in keep]
+            unused.append(f"{len(dup)} Kineto file(s) ({', '.join(dup[:2])}"
+                          f"{' ...' if len(dup) > 2 else ''}) hold ranks also in {src}; "
+                          f"each operator is read once, from {src}")
+            tables = [tables[i] for i in keep]
+            table_files = [table_files[i] for i in keep]
     job = tables[0].job if len(tables) == 1 else (files[0].parent.name or tables[0].job)
     if job in ("kineto", "traces", "."):
         job = files[0].parent.parent.name or job
