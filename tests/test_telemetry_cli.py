@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -78,6 +79,21 @@ sinks:
         f = con.execute("SELECT kind, subject FROM findings").fetchall()
         assert n is not None and n[0] > 100
         assert ("link-flap", "leaf-000:eth5") in f
+        con.close()
+        # SIGTERM (systemd, docker stop) drains the buffer into the store and prints the summary
+        db.unlink()
+        proc = subprocess.Popen([sys.executable, "-c", "from fabricscope.cli import main; main()", "gnmi", "collect",
+                                 "--config", str(cfg)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env)
+        time.sleep(3.5)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        summary = out.strip().splitlines()[-1]  # "received N, written N, findings K"
+        received, written = (int(x.split()[1]) for x in summary.split(",")[:2])
+        assert received == written > 0, summary
+        n = duckdb.connect(str(db), read_only=True).execute("SELECT count(*) FROM telemetry").fetchone()
+        assert n is not None and n[0] == written
     finally:
         server.terminate()
         server.wait(10)

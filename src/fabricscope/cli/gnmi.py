@@ -161,11 +161,12 @@ def register(app: typer.Typer) -> None:
         duration: float | None = typer.Option(None, "--duration", help="Stop after this many seconds."),
     ) -> None:
         import asyncio
+        import signal
 
         from rich.console import Console
         from rich.table import Table
 
-        from fabricscope.telemetry.collector import Collector
+        from fabricscope.telemetry.collector import Collector, CollectorStats
         from fabricscope.telemetry.config import load_config
         from fabricscope.telemetry.shards import ShardedCollector
 
@@ -183,8 +184,17 @@ def register(app: typer.Typer) -> None:
             col = Collector(cfg, on_findings=show)
         console.print(f"collecting from {len(cfg.targets)} target connection(s) "
                       f"({sum(len(t.names) for t in cfg.targets)} devices, {cfg.workers} worker(s)); Ctrl-C to stop")
+        async def run() -> CollectorStats:
+            # SIGTERM (systemd, docker stop) and Ctrl-C stop the collector the same way: the
+            # receivers end and the writer drains the buffer into the sinks before exit.
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.add_signal_handler(sig, col.stop)
+            return await col.run(duration_s=duration)
+
         try:
-            stats = asyncio.run(col.run(duration_s=duration))
+            stats = asyncio.run(run())
         except KeyboardInterrupt:
             stats = col.stats
         finally:
