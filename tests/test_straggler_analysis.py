@@ -198,3 +198,17 @@ def test_property_one_slow_gpu_ranks_first(
     _, rep = localize(fabric, [Fault("slow-gpu", f"{host}/gpu{gpu}", params={"factor": factor})],
                       seed=seed, job=job)
     assert [(f.kind, f.subject) for f in rep.device_findings()] == [("slow-gpu", f"{host}/gpu{gpu}")]
+
+
+def test_op_class_names_show_readable_sizes_and_no_fake_zero() -> None:
+    from fabricscope.model.records import OpTiming
+    from fabricscope.straggler.instances import match_instances
+    from fabricscope.straggler.table import table_from_records
+
+    recs = [OpTiming("j", r, 0, "allreduce", (0, 1), 0, 0, 100, 256 << 20) for r in (0, 1)]
+    recs += [OpTiming("j", r, 0, "gloo-allreduce", (0, 1), 0, 200, 300, 0) for r in (0, 1)]
+    recs += [OpTiming("j", r, 0, "send", (0, 1), 0, 400, 500, 1536) for r in (0, 1)]
+    names = set(match_instances(table_from_records(recs)).class_names)
+    assert "allreduce[2 ranks, 256 MiB]" in names
+    assert "gloo-allreduce[2 ranks]" in names  # size not traced (gloo): no "0 B"
+    assert any(n.endswith("[2 ranks, 1.5 KiB]") for n in names), names

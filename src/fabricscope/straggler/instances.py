@@ -62,6 +62,15 @@ def _op_keys(table: OpTable) -> I64:
     return mapping[table.op] if len(table) else np.zeros(0, dtype=np.int64)
 
 
+def _size(nbytes: int) -> str:
+    """Message size for humans (binary units, as NCCL's and PyTorch's logs print them)."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift:
+            v = nbytes / (1 << shift)
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.1f} {unit}"
+    return f"{nbytes} B"
+
+
 def _combined_key(cols: list[I64]) -> I64 | None:
     """Pack non-negative integer columns into one int64 sort key (None if it would overflow)."""
     key = np.zeros(cols[0].shape[0], dtype=np.int64)
@@ -181,7 +190,8 @@ def match_instances(
     if ncls:
         _, first_of_cls = np.unique(cls, return_index=True)
         for c_id, k in enumerate(first_of_cls.tolist()):
-            cls_names[c_id] = f"{uniq[int(op0[k])]}[{int(g0[k])} ranks, {int(b0[k])} B]"
+            size = f", {_size(int(b0[k]))}" if int(b0[k]) > 0 else ""  # 0: size not traced
+            cls_names[c_id] = f"{uniq[int(op0[k])]}[{int(g0[k])} ranks{size}]"
     is_p2p = table.kind[rows[first]] == P2P if first.size else np.zeros(0, dtype=bool)
     return Instances(rows.astype(np.int64), inst, wait, first, count, it[order][first] if first.size
                      else first, cls, last_start, first_end, transfer, excess, slow & multi,
