@@ -212,3 +212,12 @@ def test_op_class_names_show_readable_sizes_and_no_fake_zero() -> None:
     assert "allreduce[2 ranks, 256 MiB]" in names
     assert "gloo-allreduce[2 ranks]" in names  # size not traced (gloo): no "0 B"
     assert any(n.endswith("[2 ranks, 1.5 KiB]") for n in names), names
+
+
+def test_each_finding_carries_its_own_slowdown(fabric: Fabric) -> None:
+    _, rep = localize(fabric, [Fault("slow-gpu", "host0003/gpu2", params={"factor": 1.5})])
+    top = rep.findings[0]
+    x = float(top.details["slowdown"])
+    # One finding: its own what-if is the report's (same excess removed).
+    assert len(rep.findings) == 1 and x == pytest.approx(rep.slowdown, rel=1e-3)
+    assert x > 1.1 and any(e.startswith("estimated slowdown it causes: x") for e in top.evidence)

@@ -443,6 +443,17 @@ def analyze(
                               f0.action, f0.details)
 
     actual = float(it_dur.mean()) if n_i else 0.0
+    # Each finding's own what-if: the iteration with only its excess removed.
+    for k, f in enumerate(findings):
+        own = np.asarray(explained_series.get(f.subject, []), dtype=np.float64)
+        if n_i == 0 or own.shape != it_dur.shape or actual <= 0:
+            continue
+        ideal_f = float(np.maximum(it_dur - own, 0.3 * it_dur).mean())
+        x = actual / ideal_f if ideal_f > 0 else 1.0
+        findings[k] = Finding(f.kind, f.subject, f.score, f.window,
+                              (*f.evidence, f"estimated slowdown it causes: x{x:.2f} (mean "
+                                            f"iteration {_ms(actual)}, {_ms(ideal_f)} without it)"),
+                              f.action, {**f.details, "slowdown": round(x, 3)})
     ideal_it = np.maximum(it_dur - explained_total, 0.3 * it_dur)
     ideal = float(ideal_it.mean()) if n_i else 0.0
     return Report(table.job, findings, stats, actual, ideal, warns, candidates_out,
