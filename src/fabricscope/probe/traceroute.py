@@ -45,6 +45,28 @@ def _parse_icmp(pkt: bytes) -> tuple[str, int, tuple[str, str, int, int]] | None
     return src, typ, (qs, qd, sport, dport)
 
 
+def _udp_sender(src_ip: str) -> socket.socket:
+    """A raw UDP socket bound to ``src_ip`` only: it sends the flow's exact UDP header
+    without binding the flow's UDP port, which a running agent holds (a second socket bound
+    with SO_REUSEADDR would steal the agent's probes and replies while tracing)."""
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
+    except PermissionError as exc:
+        raise TransportError("traceroute: sending raw UDP needs root (CAP_NET_RAW)") from exc
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # never read: keep its copy of inbound UDP small
+    try:
+        s.bind((src_ip, 0))
+    except OSError as exc:
+        s.close()
+        raise TransportError(f"traceroute: cannot send from {src_ip}: {exc.strerror}") from exc
+    return s
+
+
+def _udp_datagram(sport: int, dport: int, payload: bytes) -> bytes:
+    """UDP header + payload; checksum 0 ("none", allowed over IPv4; the ECMP hash ignores it)."""
+    return struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload
+
+
 def trace(flows: Iterable[FiveTuple], *, max_ttl: int = 8, timeout_s: float = 1.0,
           stop_at: Mapping[str, set[str]] | None = None) -> dict[FiveTuple, list[str | None]]:
     """Hop addresses (None where a hop did not answer) of each flow, TTL 1..max_ttl.
@@ -57,7 +79,7 @@ def trace(flows: Iterable[FiveTuple], *, max_ttl: int = 8, timeout_s: float = 1.
         raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
     except PermissionError as exc:
         raise TransportError("traceroute: reading ICMP needs root (CAP_NET_RAW)") from exc
-    socks: dict[tuple[str, int], socket.socket] = {}
+    socks: dict[str, socket.socket] = {}
     hops: dict[FiveTuple, list[str | None]] = {f: [] for f in todo}
     done: set[FiveTuple] = set()
     by_key = {(f.src_ip, f.dst_ip, f.src_port, f.dst_port): f for f in todo}
@@ -68,18 +90,12 @@ def trace(flows: Iterable[FiveTuple], *, max_ttl: int = 8, timeout_s: float = 1.
             if not live:
                 break
             for f in live:
-                s = socks.get((f.src_ip, f.src_port))
+                s = socks.get(f.src_ip)
                 if s is None:
-                    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    try:
-                        s.bind((f.src_ip, f.src_port))
-                    except OSError as exc:
-                        s.close()
-                        raise TransportError(f"traceroute: cannot bind {f.src_ip}:{f.src_port}: {exc.strerror}") from exc
-                    socks[(f.src_ip, f.src_port)] = s
+                    s = _udp_sender(f.src_ip)
+                    socks[f.src_ip] = s
                 s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
-                s.sendto(payload, (f.dst_ip, f.dst_port))
+                s.sendto(_udp_datagram(f.src_port, f.dst_port, payload), (f.dst_ip, 0))
                 hops[f].append(None)
             deadline = time.monotonic() + timeout_s
             pending = set(live)
