@@ -23,7 +23,8 @@ Examples:
 
 _ANALYZE_HELP = """Localize lossy links, switches, NICs and CPU-starved hosts from stored probes.
 
-Reads samples from --db (DuckDB written by `probe agent`) or --jsonl, and prints findings,
+Reads samples from --db (DuckDB files written by `probe agent`, one per host) or --jsonl
+(both repeatable), and prints findings,
 strongest first: kind, subject (directed link a:ethX->b:ethY, switch, NIC or host), estimated
 loss, confidence and evidence. --method map (default: sparse MAP over link/device loss
 rates) or 007 (vote baseline, Arzani et al. NSDI'18). --paths: traceroute path cache (JSON);
@@ -35,7 +36,7 @@ Examples:
 
   fabricscope probe analyze -i lab.json --jsonl p.jsonl --method 007 --json
 
-  fabricscope probe analyze -i lab.json --db probes.duckdb --last 60 --paths paths.json
+  fabricscope probe analyze -i lab.json --db h0.duckdb --db h1.duckdb --last 60 --paths p0.json --paths p1.json
 """
 
 
@@ -83,11 +84,11 @@ def register(app: typer.Typer) -> None:
     @grp.command("analyze", help=_ANALYZE_HELP)
     def analyze_cmd(
         inventory: Path = typer.Option(..., "--inventory", "-i", help="inventory YAML/JSON"),
-        db: Path | None = typer.Option(None, help="DuckDB file written by `probe agent`"),
+        db: list[Path] = typer.Option([], help="DuckDB file written by `probe agent` (repeatable: one per host)"),
         jsonl: list[Path] = typer.Option([], help="JSON lines sample files (repeatable)"),
         method: str = typer.Option("map", help="map (default) or 007"),
         last: float = typer.Option(0.0, help="only the last N seconds of samples (0: all)"),
-        paths: Path | None = typer.Option(None, help="traceroute path cache (JSON)"),
+        paths: list[Path] = typer.Option([], help="traceroute path cache (JSON, `lab trace`; repeatable: one per host)"),
         steady: bool = typer.Option(True, help="only the window in which every prober was running "
                                     "(agents starting/stopping at different times look like loss)"),
         as_json: bool = typer.Option(False, "--json", help="print findings as JSON"),
@@ -101,13 +102,16 @@ def register(app: typer.Typer) -> None:
         from fabricscope.service.probe_live import analyze_observations, read_paths
         from fabricscope.store.probes import ProbeStore, read_jsonl
 
-        if db is None and not jsonl:
+        if not db and not jsonl:
             raise ConfigError("probe analyze: give --db FILE or --jsonl FILE")
+        if method not in ("map", "007"):
+            raise ConfigError(f"probe analyze: --method must be map or 007, got {method!r}")
         fabric = read_fabric(inventory)
-        if db is not None:
-            if not db.exists():
-                raise ConfigError(f"probe analyze: --db {db}: no such file")
-            store = ProbeStore(db)
+        if db:
+            for dbf in db:
+                if not dbf.is_file():
+                    raise ConfigError(f"probe analyze: --db {dbf}: no such file")
+            store = ProbeStore.merged(db)
             obs = store.observations()
             store.close()
         else:
@@ -116,13 +120,19 @@ def register(app: typer.Typer) -> None:
             for e in errors[:10]:
                 typer.secho(f"skipped {e}", err=True, fg=typer.colors.YELLOW)
             obs = observations_from_samples([s for s, _ in rows], [st for _, st in rows])
-        if len(obs) and steady and len({s for s, _, _ in obs.flows}) > 1:
+        if len(obs) and steady:  # also trims agent start-up (ARP) transients of a single prober
+            n_all = len(obs)
             obs = obs.window(*common_window(obs, margin_ns=2_000_000_000))
+            if len(obs) < n_all:
+                typer.secho(f"steady window: {len(obs)} of {n_all} probes (all agents running, 2 s margins; "
+                            "--no-steady keeps all)", err=True, fg=typer.colors.YELLOW)
         if len(obs) and last > 0:
             t1 = int(obs.t_send_ns.max())
             obs = obs.window(t1 - int(last * 1e9), t1 + 1)
-        findings = analyze_observations(fabric, obs, method=method,
-                                        paths=read_paths(paths, fabric) if paths else None)
+        known: dict[tuple[str, str, int, int], tuple[int, ...]] = {}
+        for pth in paths:
+            known.update(read_paths(pth, fabric))
+        findings = analyze_observations(fabric, obs, method=method, paths=known or None)
         if as_json:
             typer.echo(json.dumps([{"kind": f.kind, "subject": f.subject, "score": f.score,
                                     "window": list(f.window), "evidence": list(f.evidence),
@@ -130,11 +140,15 @@ def register(app: typer.Typer) -> None:
                                    for f in findings], indent=1))
             return
         t = Table(title=f"{len(obs)} probes, {len(findings)} findings ({method})")
-        for c in ("kind", "subject", "loss / delay", "score", "evidence"):
-            t.add_column(c)
+        t.add_column("kind", no_wrap=True)
+        t.add_column("subject", overflow="fold", min_width=20)
+        t.add_column("loss / delay", no_wrap=True)
+        t.add_column("confidence" if method == "map" else "vote share", no_wrap=True)
+        t.add_column("evidence (lossiest probe flows)", overflow="fold")
         for f in findings:
             d = f.details
             est = (f"{float(d['loss']) * 100:.2f}% loss" if "loss" in d and d.get("method") == "map"
-                   else f"+{float(d.get('added_delay_ns', 0)) / 1e3:.0f} us" if f.kind == "cpu-starved" else "")
-            t.add_row(f.kind, f.subject, est, f"{f.score:.3f}", "; ".join(f.evidence[:2]))
+                   else f"{float(d['strength']):.1f} votes" if d.get("method") == "007"
+                   else f"+{float(d.get('added_delay_ns', 0)) / 1e3:.0f} us" if "added_delay_ns" in d else "")
+            t.add_row(f.kind, f.subject, est, f"{f.score:.3f}", "\n".join(f.evidence[:3]))
         Console().print(t)

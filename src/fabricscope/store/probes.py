@@ -86,6 +86,22 @@ class ProbeStore:
         self._insert_arrow(table)
         return len(samples)
 
+    @classmethod
+    def merged(cls, paths: Sequence[str | Path]) -> ProbeStore:
+        """An in-memory store holding the ``probes`` rows of several files (one per agent),
+        each attached read-only: analysis never writes to (or creates tables in) the inputs."""
+        store = cls(":memory:")
+        for i, p in enumerate(paths):
+            alias = f"src{i}"
+            try:
+                store.con.execute(f"ATTACH '{str(p).replace(chr(39), chr(39) * 2)}' AS {alias} (READ_ONLY)")
+                store.con.execute(f"INSERT INTO probes SELECT {', '.join(_COLS)} FROM {alias}.probes")
+                store.con.execute(f"DETACH {alias}")
+            except duckdb.Error as exc:
+                store.close()
+                raise TransportError(f"duckdb {p}: cannot read table probes: {exc}") from exc
+        return store
+
     def _insert_arrow(self, table: pa.Table) -> None:
         try:
             self.con.register("_probe_batch", table)
@@ -158,7 +174,11 @@ def write_jsonl(samples: Iterable[tuple[ProbeSample, int]], fh: IO[str]) -> int:
 def read_jsonl(path: str | Path, *, errors: list[str] | None = None) -> Iterator[tuple[ProbeSample, int]]:
     """Samples from a JSON lines file; a malformed line is skipped and described in
     ``errors`` (file:line: reason) instead of aborting the rest."""
-    with open(path, encoding="utf-8") as fh:
+    try:
+        fh = open(path, encoding="utf-8")  # noqa: SIM115 (closed below; the generator yields inside)
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot read probe samples: {exc.strerror}") from None
+    with fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
