@@ -15,6 +15,7 @@ with the prefix (which removes the veths, nft tables and qdiscs inside them).
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -94,7 +95,7 @@ def up(*, prefix: str = "fsl", leaves: int = 4, spines: int = 2, hosts_per_leaf:
     try:
         _build(lab)
     except BaseException:
-        down(prefix=prefix)
+        down(prefix=prefix, state_dir=state)
         raise
     write_fabric(fabric, lab.inventory_path)
     (state / "ports.json").write_text(json.dumps({"prefix": prefix, "port_addr": port_addr}, indent=1))
@@ -169,9 +170,15 @@ def _netns() -> list[str]:
     return [line.split()[0] for line in p.stdout.splitlines() if line.strip()]
 
 
-def down(*, prefix: str = "fsl") -> int:
-    """Delete every namespace whose name starts with ``prefix``; returns how many."""
+def down(*, prefix: str = "fsl", state_dir: Path | None = None) -> int:
+    """Delete every namespace whose name starts with ``prefix`` and the lab's state folder
+    (inventory, port addresses); returns how many namespaces."""
     _check_prefix(prefix)
+    state = state_dir or Path(f"/tmp/fabricscope-lab-{prefix}")
+    for name in ("inventory.json", "ports.json"):
+        (state / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # not there, or holds files that are not ours
+        state.rmdir()
     n = 0
     for ns in _netns():
         if ns.startswith(prefix):
@@ -193,6 +200,8 @@ def load(prefix: str = "fsl", state_dir: Path | None = None) -> Lab:
         meta = json.loads((state / "ports.json").read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ConfigError(f"lab {prefix!r}: no state in {state} (run `fabricscope lab up` first): {exc}") from None
+    if not any(n.startswith(prefix) for n in _netns()):
+        raise ConfigError(f"lab {prefix!r}: its namespaces are gone (run `fabricscope lab up --prefix {prefix}`)")
     return Lab(read_fabric(state / "inventory.json"), meta["prefix"], dict(meta["port_addr"]), state)
 
 
