@@ -110,6 +110,9 @@ async def run_agent(
     finally:
         for r in responders:
             totals["foreign_or_malformed"] += sum(r.counters.rejected.values())
+            for reason, cnt in r.counters.rejected.items():  # per reason (magic, version, short, ...)
+                key = f"foreign_or_malformed_{reason}"
+                totals[key] = totals.get(key, 0) + cnt
             await r.stop()
         flush()
         if store is not None:
