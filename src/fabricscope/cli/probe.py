@@ -12,7 +12,9 @@ _AGENT_HELP = """Run the probe responder and prober for one host (or NIC) of the
 Every agent derives the same plan from the inventory and --seed (no controller): the NICs
 under its leaf, the same rail on other leaves, a rotating cross-pod sample, with enough UDP
 source ports per peer to cover every ECMP path with 99% probability; re-drawn every epoch.
-The responder listens on UDP 47910 of each NIC address. Samples go to DuckDB and/or JSON lines.
+The responder listens on UDP 47910 of each NIC address. Samples go to DuckDB and/or JSON lines:
+one --db file per agent (DuckDB has one writer per file); `probe analyze --db A --db B` merges them.
+Final counters include foreign/malformed packets the responder ignored, per reason.
 
 Examples:
 
