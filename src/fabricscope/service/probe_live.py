@@ -106,6 +106,9 @@ async def run_agent(
                 flush()
             for p in probers:
                 await p.stop(drain_s=1.0)
+                for reason, cnt in p.counters.rejected.items():  # "late": a reply after the timeout (counted lost)
+                    key = f"prober_rejected_{reason}"
+                    totals[key] = totals.get(key, 0) + cnt
             epoch += 1
     finally:
         for r in responders:
