@@ -47,3 +47,30 @@ def test_jsonl_skips_malformed_lines(tmp_path: Path) -> None:
     rows = list(read_jsonl(p, errors=errors))
     assert [s for s, _ in rows] == _samples()
     assert len(errors) == 2 and ":4:" in errors[0] and ":5:" in errors[1]
+
+
+def test_merged_reads_one_file_per_agent_read_only(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.duckdb", tmp_path / "b.duckdb"
+    s = _samples()
+    for path, part in ((a, s[:2]), (b, s[2:])):
+        st = ProbeStore(path)
+        st.insert(part)
+        st.close()
+    before = (a.stat().st_mtime_ns, b.stat().st_mtime_ns)
+    merged = ProbeStore.merged([a, b])
+    assert merged.count() == 3 and merged.samples() == s  # ordered by send time
+    merged.close()
+    assert (a.stat().st_mtime_ns, b.stat().st_mtime_ns) == before  # inputs untouched
+
+
+def test_unreadable_inputs_are_one_line_errors(tmp_path: Path) -> None:
+    import pytest
+
+    from fabricscope.model.errors import TraceFormatError, TransportError
+
+    with pytest.raises(TraceFormatError, match=r"missing\.jsonl"):
+        list(read_jsonl(tmp_path / "missing.jsonl", errors=[]))
+    junk = tmp_path / "junk.duckdb"
+    junk.write_text("not a database")
+    with pytest.raises(TransportError, match=r"junk\.duckdb"):
+        ProbeStore.merged([junk])
