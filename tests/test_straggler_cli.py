@@ -83,3 +83,24 @@ def test_bad_files_in_a_folder_are_reported_and_the_rest_analyzed(tmp_path: Path
     assert "clock offset" not in text  # the cut file keeps its clock base
     truth = json.loads((run / "truth.json").read_text())
     assert report.findings and report.findings[0].subject == truth["expected"][0]["subject"]
+
+
+def test_missing_rank_does_not_frame_its_peers_nic(tmp_path: Path) -> None:
+    # Flow-engine twin (NCCL-like rail channels: a DP ring crossing a server uses all of its
+    # NICs, so the slow NIC also slows a ring its rank is not in). Without rank 10 (or 12)
+    # nothing clears its pipeline peer's NIC elsewhere; that NIC must not be named.
+    from fabricscope.straggler.pipeline import analyze_paths
+
+    run = tmp_path / "run"
+    out = runner.invoke(app, ["straggler", "twin", str(run), "--fault", "slow-nic", "--seed", "0"])
+    assert out.exit_code == 0, out.output
+    truth = json.loads((run / "truth.json").read_text())["expected"][0]["subject"]
+    for missing in (10, 12):
+        k = tmp_path / f"k{missing}"
+        k.mkdir()
+        for f in (run / "kineto").iterdir():
+            if f.name != f"rank{missing}.json.gz":
+                (k / f.name).write_bytes(f.read_bytes())
+        _, rep = analyze_paths([k], inventory=run / "inventory.json",
+                               placement=None)
+        assert [f.subject for f in rep.device_findings()] == [truth], missing

@@ -296,6 +296,25 @@ def analyze(
             return nic_names[c - n_r]
         return leaf_names[c - n_r - n_nic]
 
+    absent = {x for g in table.groups for x in g} - set(ranks.tolist())
+
+    def peer_missing(c: int) -> bool:
+        """Whether candidate NIC ``c``'s ranks share a group with a rank that has no trace."""
+        if not absent:
+            return False
+        mine = set(ranks[nic_of == c - n_r].tolist())
+        return any(mine.intersection(g) and absent.intersection(g) for g in table.groups)
+
+    def nic_groups(c: int) -> int:
+        """Distinct memberships among candidate NIC ``c``'s unexplained slow transfers."""
+        a_, b_ = int(win.start[c]), int(win.end[c])
+        member = np.zeros(inst.n, dtype=bool)
+        member[inst.inst[nic_of[row_r] == c - n_r]] = True
+        in_win = (it_of_inst >= a_) & (it_of_inst < b_)
+        s_ = member & network & inst.slow & in_win & ~explained_inst
+        gids = np.unique(table.group[inst.rows[inst.first[s_]]]).tolist()
+        return len({frozenset(table.groups[g]) for g in gids})
+
     findings: list[Finding] = []
     explained_series: dict[str, list[float]] = {}
     candidates_out: list[dict[str, object]] = []
@@ -352,6 +371,15 @@ def analyze(
         lasting = (win.end - win.start) >= opt.min_iterations
         order = order[lasting[order]]
         if order.size == 0:
+            break
+        # A missing peer rank removes the transfers that would have cleared a NIC elsewhere:
+        # such a NIC is singled out only when its slow transfers span two or more groups of
+        # different membership (docs/straggler.md, Identifiability).
+        for pos, c in enumerate(order[:32].tolist()):
+            if not (n_r <= c < n_r + n_nic) or not peer_missing(c) or nic_groups(c) >= 2:
+                order = order[pos:]
+                break
+        else:
             break
         best = int(order[0])
         if indiv[best] < 0.9:
