@@ -104,3 +104,22 @@ def test_missing_rank_does_not_frame_its_peers_nic(tmp_path: Path) -> None:
         _, rep = analyze_paths([k], inventory=run / "inventory.json",
                                placement=None)
         assert [f.subject for f in rep.device_findings()] == [truth], missing
+
+
+def test_placement_option_takes_truth_json_and_rejects_binary(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    out = runner.invoke(app, ["straggler", "twin", str(run), "--fault", "slow-gpu",
+                              "--comm", "alpha-beta", "--iterations", "6"])
+    assert out.exit_code == 0, out.output
+    truth = json.loads((run / "truth.json").read_text())
+    inv = str(run / "inventory.json")
+    # the help's own example: --placement run/truth.json
+    out = runner.invoke(app, ["straggler", "analyze", str(run / "kineto"), "--inventory", inv,
+                              "--placement", str(run / "truth.json"), "--json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["findings"][0]["subject"] == truth["expected"][0]["subject"]
+    from fabricscope.model.errors import ConfigError
+
+    out = runner.invoke(app, ["straggler", "analyze", str(run / "kineto"), "--inventory", inv,
+                              "--placement", str(run / "kineto" / "rank0.json.gz")])
+    assert isinstance(out.exception, ConfigError) and "rank0.json.gz" in str(out.exception)

@@ -77,9 +77,14 @@ def rank_devices(
 
 
 def parse_placement(text: str, *, source: str = "<placement>") -> list[tuple[str, int]]:
-    """Parse a placement JSON: ``{"ranks": [["host0000", 0], ["host0000", 1], ...]}``."""
+    """Parse a placement JSON: ``{"ranks": [["host0000", 0], ["host0000", 1], ...]}``.
+
+    The twin's ``truth.json`` (key ``placement``) and a bare list are accepted too.
+    """
     try:
         obj = json.loads(text)
+        if isinstance(obj, dict) and "ranks" not in obj and "placement" in obj:
+            obj = {"ranks": obj["placement"]}
         rows = obj["ranks"] if isinstance(obj, dict) else obj
         return [(str(h), int(g)) for h, g in rows]
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:

@@ -55,7 +55,7 @@ def analyze_paths(
         if placement is not None:
             try:
                 text = Path(placement).read_text()
-            except OSError as exc:
+            except (OSError, UnicodeDecodeError) as exc:
                 raise ConfigError(f"{placement}: cannot read placement ({exc})") from exc
             rows = parse_placement(text, source=str(placement))
         else:
