@@ -131,6 +131,22 @@ def test_cli_probe_analyze_finds_injected_link(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     assert out[0]["subject"] == subject and out[0]["kind"] == "gray-link"
+    # One DuckDB and one path file per agent (as on real hosts): the same findings.
+    rows = list(zip(tr.samples(b), [ANSWERED if x >= 0 else REQUEST_LOST if not a else 2
+                                    for x, a in zip(b.t_recv_ns, b.req_arrived, strict=True)], strict=True))
+    args = ["probe", "analyze", "-i", str(inv), "--json"]
+    for k, src in enumerate(sorted({s.src for s, _ in rows})):
+        part = [(s, x) for s, x in rows if s.src == src]
+        st = ProbeStore(tmp_path / f"h{k}.duckdb")
+        st.insert([s for s, _ in part], [x for _, x in part])
+        st.close()
+        mine = [p for p in paths if p["src_ip"] == f.devices[src].address
+                or p["dst_ip"] == f.devices[src].address]
+        (tmp_path / f"p{k}.json").write_text(json.dumps(mine))
+        args += ["--db", str(tmp_path / f"h{k}.duckdb"), "--paths", str(tmp_path / f"p{k}.json")]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert [(x["kind"], x["subject"]) for x in json.loads(r.output)] == [(x["kind"], x["subject"]) for x in out]
     # Without paths the candidate sets still point at a link of the right switch pair.
     r = CliRunner().invoke(app, ["probe", "analyze", "-i", str(inv), "--db", str(db), "--json"])
     assert r.exit_code == 0, r.output

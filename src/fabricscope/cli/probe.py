@@ -125,7 +125,7 @@ def register(app: typer.Typer) -> None:
         if len(obs) and steady:  # also trims agent start-up (ARP) transients of a single prober
             n_all = len(obs)
             obs = obs.window(*common_window(obs, margin_ns=2_000_000_000))
-            if len(obs) < n_all:
+            if len(obs) < n_all and not as_json:  # --json output stays pure JSON
                 typer.secho(f"steady window: {len(obs)} of {n_all} probes (all agents running, 2 s margins; "
                             "--no-steady keeps all)", err=True, fg=typer.colors.YELLOW)
         if len(obs) and last > 0:
