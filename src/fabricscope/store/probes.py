@@ -29,6 +29,7 @@ import pyarrow as pa
 from fabricscope.model.errors import TraceFormatError, TransportError
 from fabricscope.model.records import FiveTuple, ProbeSample
 from fabricscope.probe.analysis import ANSWERED, LOST_UNKNOWN, Observations
+from fabricscope.store.db import open_db
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS probes (
@@ -61,11 +62,7 @@ class ProbeStore:
 
     def __init__(self, path: str | Path = ":memory:") -> None:
         self.path = str(path)
-        try:
-            self.con = duckdb.connect(self.path)
-            self.con.execute(SCHEMA)
-        except duckdb.Error as exc:
-            raise TransportError(f"duckdb {self.path}: {exc}") from exc
+        self.con = open_db(self.path, SCHEMA)
 
     def insert(self, samples: Sequence[ProbeSample], statuses: Sequence[int | None] | None = None) -> int:
         """Insert a batch (one Arrow insert); returns the number of rows."""

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from fabricscope.model.errors import TransportError
 from fabricscope.model.records import Finding, TelemetryEvent
+from fabricscope.store.db import open_db
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS telemetry (
@@ -105,11 +106,7 @@ class TelemetryStore:
 
     def __init__(self, path: str | Path = ":memory:") -> None:
         self.path = str(path)
-        try:
-            self.con = duckdb.connect(self.path)
-            self.con.execute(SCHEMA)
-        except duckdb.Error as exc:
-            raise TransportError(f"duckdb {self.path}: {exc}") from exc
+        self.con = open_db(self.path, SCHEMA)
         self.events_table = EventTable()
         self.rows = 0
 
