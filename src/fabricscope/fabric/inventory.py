@@ -359,7 +359,7 @@ class Fabric:
         ln = self.link_by_id.get(link_id(a, b))
         if ln is None:
             raise InventoryError(f"{self.name}: no link {directed_id!r}")
-        i = self.links.index(ln) if len(self.links) < 64 else self._link_pos[ln.id]
+        i = self._link_pos[ln.id]
         return 2 * i + (0 if a == ln.a else 1)
 
     @cached_property
