@@ -46,13 +46,7 @@ def _root() -> None:
 
 
 for _name in _COMMAND_MODULES:
-    try:
-        _module = importlib.import_module(_name)
-    except ModuleNotFoundError as exc:  # a capability not built yet in this checkout
-        if exc.name != _name:
-            raise
-        continue
-    _module.register(app)
+    importlib.import_module(_name).register(app)
 
 
 def main() -> None:

@@ -31,15 +31,8 @@ class _Part(Protocol):
     ) -> dict[str, object]: ...
 
 
-def _load(part: str) -> _Part | None:
-    name = f"fabricscope.service.demo_{part}"
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name != name:
-            raise
-        return None
-    run: _Part = module.run
+def _load(part: str) -> _Part:
+    run: _Part = importlib.import_module(f"fabricscope.service.demo_{part}").run
     return run
 
 
@@ -65,10 +58,6 @@ def run_demo(
         echo("")
         echo(f"== {title} ==")
         fn = _load(p)
-        if fn is None:
-            echo(f"(part {p!r} is not available in this build)")
-            summary["parts"][p] = {"available": False}
-            continue
         t0 = time.perf_counter()
         part_dir = outdir / p
         part_dir.mkdir(parents=True, exist_ok=True)
