@@ -426,20 +426,11 @@ class Routing:
         for _ in range(MAX_HOPS):
             if active.shape[0] == 0:
                 break
-            c, tt, k = cur[active], t[active], cls[active]
-            deliver = (class_leaves[k] == c[:, None]).any(axis=1)
-            code = c * (n_cls + ix.n_nodes) + np.where(deliver, n_cls + tt, k)
-            _, first, ginv = np.unique(code, return_index=True, return_inverse=True)
-            ginv = ginv.reshape(-1)
-            starts, lens, flat_arr = self._next_hops_many(
-                c[first], tt[first], k[first], deliver[first], class_cols
+            c = cur[active]
+            act, live, ln, gl, starts, flat_arr = self._hop_step(
+                active, c, t, cls, n_cls, class_leaves, class_cols, ok
             )
-            ln = lens[ginv]
-            dead = ln == 0
-            if dead.any():
-                ok[active[dead]] = False
-            live = ~dead
-            act, c, ln, gl = active[live], c[live], ln[live], ginv[live]
+            c = c[live]
             b = self.hash.buckets(base[act] ^ terms[c], ln)
             e = flat_arr[starts[gl] + b]
             steps.append((act, e))
@@ -475,6 +466,41 @@ class Routing:
         for node, r in row_of.items():
             row[node] = r
         return ptr, flat, row
+
+    def _hop_step(
+        self,
+        flows: npt.NDArray[np.int64],
+        node: npt.NDArray[np.int64],
+        t: npt.NDArray[np.int64],
+        cls: npt.NDArray[np.int64],
+        n_cls: int,
+        class_leaves: npt.NDArray[np.int64],
+        class_cols: npt.NDArray[np.int64],
+        ok: npt.NDArray[np.bool_],
+    ) -> tuple[
+        npt.NDArray[np.int64], npt.NDArray[np.bool_], npt.NDArray[np.int64],
+        npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64],
+    ]:
+        """One hop of :meth:`route_many` / :meth:`_spray_chunk` for the flows ``flows`` now at
+        ``node``: group them by (node, destination class, or destination when ``node`` is
+        one of its class's leaves), look up each group's next hops once, and mark flows with
+        none not ``ok`` (in place). Returns, for the live flows only: their indices, the live
+        mask over ``flows`` (to filter per-flow state alike), their next-hop counts, their
+        group ids, and the groups' (starts, flat edge array) from :meth:`_next_hops_many`."""
+        tt, k = t[flows], cls[flows]
+        deliver = (class_leaves[k] == node[:, None]).any(axis=1)
+        code = node * (n_cls + self._ix.n_nodes) + np.where(deliver, n_cls + tt, k)
+        _, first, ginv = np.unique(code, return_index=True, return_inverse=True)
+        ginv = ginv.reshape(-1)
+        starts, lens, flat = self._next_hops_many(
+            node[first], tt[first], k[first], deliver[first], class_cols
+        )
+        ln = lens[ginv]
+        dead = ln == 0
+        if dead.any():
+            ok[flows[dead]] = False
+        live = ~dead
+        return flows[live], live, ln[live], ginv[live], starts, flat
 
     def _next_hops_many(
         self,
@@ -587,20 +613,10 @@ class Routing:
         for _ in range(MAX_HOPS):
             if fl.shape[0] == 0:
                 break
-            tt, k = t[fl], cls[fl]
-            deliver = (class_leaves[k] == node[:, None]).any(axis=1)
-            code = node * (n_cls + ix.n_nodes) + np.where(deliver, n_cls + tt, k)
-            _, first, ginv = np.unique(code, return_index=True, return_inverse=True)
-            ginv = ginv.reshape(-1)
-            starts, lens, flat = self._next_hops_many(
-                node[first], tt[first], k[first], deliver[first], class_cols
+            fl, live, ln, gl, starts, flat = self._hop_step(
+                fl, node, t, cls, n_cls, class_leaves, class_cols, ok
             )
-            ln = lens[ginv]
-            dead = ln == 0
-            if dead.any():
-                ok[fl[dead]] = False
-            live = ~dead
-            fl, ln, gl, frac = fl[live], ln[live], ginv[live], frac[live]
+            frac = frac[live]
             rep = np.repeat(np.arange(fl.shape[0]), ln)
             first_of = np.zeros(fl.shape[0], dtype=np.int64)
             np.cumsum(ln[:-1], out=first_of[1:])
