@@ -180,19 +180,24 @@ class MicroBurstDetector(_EpisodeDetector):
         return out
 
 
-class ErrorIncreaseDetector(_EpisodeDetector):
-    """Any increase of error / discard counters (FCS, CRC, in/out errors and discards)."""
+class _CounterDetector(_EpisodeDetector):
+    """Shared loop for detectors that judge the delta of monotonic counters.
 
-    kind = "error-counter-increase"
-    action = "gray link suspect: check optics (rx power, pre-FEC BER), reseat or replace the cable"
-    COUNTERS = frozenset({"in-errors", "in-fcs-errors", "in-crc-errors", "out-errors", "in-discards",
-                          "out-discards", "dropped-pkts"})
+    Keeps events whose leaf is in ``COUNTERS`` and whose value is numeric, differences them
+    per ``(target, port, name)`` series and hands each delta to :meth:`_judge`, which returns
+    the finding (via :meth:`_evidence`) or None.
+    """
 
-    def __init__(self, *, min_increase: float = 1.0, quiet_ns: int = 30_000_000_000) -> None:
+    COUNTERS: frozenset[str] = frozenset()
+
+    def __init__(self, *, quiet_ns: int) -> None:
         super().__init__(quiet_ns=quiet_ns)
-        self.min_increase = min_increase
         self._ctr = _CounterState()
         self._names = _Names(self.COUNTERS)
+
+    def _judge(self, leaf: str, subject: str, ts: int, delta: float, dt: int) -> Finding | None:
+        """Judge one counter increase ``delta`` over ``dt`` ns ending at ``ts``."""
+        raise NotImplementedError
 
     def __call__(self, events: Events) -> list[Finding]:
         out: list[Finding] = []
@@ -206,13 +211,31 @@ class ErrorIncreaseDetector(_EpisodeDetector):
                 continue
             subject = port_of(e)
             d = self._ctr.delta((e.target, subject, e.name), e.ts_ns, v)
-            if d is None or d[0] < self.min_increase:
+            if d is None:
                 continue
-            f = self._evidence(subject, e.ts_ns, d[0], f"{leaf} +{d[0]:.0f} in {d[1] / 1e9:.2f} s",
-                               {"counter": leaf, "increase": d[0]}, min(1.0, 0.6 + 0.1 * d[0] / self.min_increase))
+            f = self._judge(leaf, subject, e.ts_ns, d[0], d[1])
             if f is not None:
                 out.append(f)
         return out
+
+
+class ErrorIncreaseDetector(_CounterDetector):
+    """Any increase of error / discard counters (FCS, CRC, in/out errors and discards)."""
+
+    kind = "error-counter-increase"
+    action = "gray link suspect: check optics (rx power, pre-FEC BER), reseat or replace the cable"
+    COUNTERS = frozenset({"in-errors", "in-fcs-errors", "in-crc-errors", "out-errors", "in-discards",
+                          "out-discards", "dropped-pkts"})
+
+    def __init__(self, *, min_increase: float = 1.0, quiet_ns: int = 30_000_000_000) -> None:
+        super().__init__(quiet_ns=quiet_ns)
+        self.min_increase = min_increase
+
+    def _judge(self, leaf: str, subject: str, ts: int, delta: float, dt: int) -> Finding | None:
+        if delta < self.min_increase:
+            return None
+        return self._evidence(subject, ts, delta, f"{leaf} +{delta:.0f} in {dt / 1e9:.2f} s",
+                              {"counter": leaf, "increase": delta}, min(1.0, 0.6 + 0.1 * delta / self.min_increase))
 
 
 class FlapDetector(_EpisodeDetector):
@@ -272,7 +295,7 @@ class FlapDetector(_EpisodeDetector):
         return out
 
 
-class PauseStormDetector(_EpisodeDetector):
+class PauseStormDetector(_CounterDetector):
     """PFC pause frames at a rate >= ``rate`` frames/s on a port (sent or received)."""
 
     kind = "pause-storm"
@@ -282,32 +305,14 @@ class PauseStormDetector(_EpisodeDetector):
     def __init__(self, *, rate: float = 10_000.0, quiet_ns: int = 10_000_000_000) -> None:
         super().__init__(quiet_ns=quiet_ns)
         self.rate = rate
-        self._ctr = _CounterState()
-        self._names = _Names(self.COUNTERS)
 
-    def __call__(self, events: Events) -> list[Finding]:
-        out: list[Finding] = []
-        names = self._names
-        for e in events:
-            leaf = names(e.name)
-            if leaf is None:
-                continue
-            v = _num(e.value)
-            if v is None:
-                continue
-            subject = port_of(e)
-            d = self._ctr.delta((e.target, subject, e.name), e.ts_ns, v)
-            if d is None:
-                continue
-            r = d[0] * 1e9 / d[1]
-            if r < self.rate:
-                continue
-            direction = "sends" if leaf.startswith("out") else "receives"
-            f = self._evidence(subject, e.ts_ns, r, f"{subject} {direction} {r:.0f} pause frames/s",
-                               {"pause_per_s": r, "direction": direction}, min(1.0, 0.6 + 0.4 * r / (10 * self.rate)))
-            if f is not None:
-                out.append(f)
-        return out
+    def _judge(self, leaf: str, subject: str, ts: int, delta: float, dt: int) -> Finding | None:
+        r = delta * 1e9 / dt
+        if r < self.rate:
+            return None
+        direction = "sends" if leaf.startswith("out") else "receives"
+        return self._evidence(subject, ts, r, f"{subject} {direction} {r:.0f} pause frames/s",
+                              {"pause_per_s": r, "direction": direction}, min(1.0, 0.6 + 0.4 * r / (10 * self.rate)))
 
 
 class DetectorSet:
