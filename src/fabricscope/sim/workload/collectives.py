@@ -138,6 +138,28 @@ def add_ring(
     return ids[-1]
 
 
+def _ring_setup(
+    placement: Placement,
+    size_bytes: float,
+    collective: str,
+    channels: int | None,
+    rail_aligned: bool,
+    order: str,
+) -> tuple[int, int, int, tuple[int, ...], float, list[int]]:
+    """Validate a ring request; return (n, steps, channels, ring members, chunk bytes, hops)."""
+    n = placement.n_ranks
+    if n < 2:
+        raise WorkloadError(f"ring {collective}: ranks: need at least 2, got {n}")
+    if not size_bytes > 0:
+        raise WorkloadError(f"ring {collective}: size: must be > 0, got {size_bytes!r}")
+    steps = ring_steps(collective, n)
+    ch = default_channels(placement, rail_aligned) if channels is None else channels
+    if ch < 1:
+        raise WorkloadError(f"ring {collective}: channels: must be >= 1, got {ch}")
+    members = ring_order(placement, order)
+    return n, steps, ch, members, size_bytes / (ch * n), cross_hops(placement, members)
+
+
 def ring_collective(
     placement: Placement,
     size_bytes: float,
@@ -153,19 +175,10 @@ def ring_collective(
     Flows: ``steps * (fabric hops per channel) * channels`` with ``steps`` from
     :func:`ring_steps`; each carries ``size_bytes / (channels * n)``.
     """
-    n = placement.n_ranks
-    if n < 2:
-        raise WorkloadError(f"ring {collective}: ranks: need at least 2, got {n}")
-    if not size_bytes > 0:
-        raise WorkloadError(f"ring {collective}: size: must be > 0, got {size_bytes!r}")
-    steps = ring_steps(collective, n)
-    ch = default_channels(placement, rail_aligned) if channels is None else channels
-    if ch < 1:
-        raise WorkloadError(f"ring {collective}: channels: must be >= 1, got {ch}")
-    members = ring_order(placement, order)
-    chunk = size_bytes / (ch * n)
+    n, steps, ch, members, chunk, cross = _ring_setup(
+        placement, size_bytes, collective, channels, rail_aligned, order
+    )
     fl = FlowList()
-    cross = cross_hops(placement, members)
     hops_per_channel: list[int] = []
     for c in range(ch):
         before = len(fl)
@@ -211,19 +224,10 @@ def ring_steady_state(
     ``collective`` is ``"none"`` (the collective and ``S`` are in ``meta``) so that nobody
     reads a busbw off a one-step run; use :func:`ring_busbw_from_rates`.
     """
-    n = placement.n_ranks
-    if n < 2:
-        raise WorkloadError(f"ring {collective}: ranks: need at least 2, got {n}")
-    if not size_bytes > 0:
-        raise WorkloadError(f"ring {collective}: size: must be > 0, got {size_bytes!r}")
-    steps = ring_steps(collective, n)
-    ch = default_channels(placement, rail_aligned) if channels is None else channels
-    if ch < 1:
-        raise WorkloadError(f"ring {collective}: channels: must be >= 1, got {ch}")
-    members = ring_order(placement, order)
-    chunk = size_bytes / (ch * n)
+    n, steps, ch, members, chunk, cross = _ring_setup(
+        placement, size_bytes, collective, channels, rail_aligned, order
+    )
     fl = FlowList()
-    cross = cross_hops(placement, members)
     bounds: list[tuple[int, int]] = []
     for c in range(ch):
         lo = len(fl)
