@@ -45,7 +45,7 @@ def _ring(gpus: int, placement: str) -> dict[str, object]:
     from fabricscope.fabric.builders import rail_optimized_fabric
     from fabricscope.fabric.routing import Routing
     from fabricscope.sim.engine import steady_state_rates
-    from fabricscope.sim.workloads import (
+    from fabricscope.sim.workload import (
         alpha_beta_time,
         path_latency_s,
         place_ranks,
@@ -84,7 +84,7 @@ def _ring(gpus: int, placement: str) -> dict[str, object]:
 def _alltoall(gpus: int) -> dict[str, object]:
     from fabricscope.fabric.builders import rail_optimized_fabric
     from fabricscope.sim.engine import simulate
-    from fabricscope.sim.workloads import all_to_all, place_ranks
+    from fabricscope.sim.workload import all_to_all, place_ranks
 
     row: dict[str, object] = {"case": "alltoall-full", "gpus": gpus, "placement": "in-order", "lb": "ecmp"}
     t0 = time.perf_counter()
@@ -111,7 +111,7 @@ def _repro() -> dict[str, object]:
 
     from fabricscope.fabric.builders import fat_tree_fabric
     from fabricscope.sim.engine import simulate, steady_state_rates
-    from fabricscope.sim.workloads import (
+    from fabricscope.sim.workload import (
         alpha_beta_time,
         path_latency_s,
         place_ranks,

@@ -28,10 +28,10 @@ from fabricscope.fabric.inventory import port_device
 from fabricscope.model.records import Finding, TelemetryEvent
 from fabricscope.sim.clock import SimClock
 from fabricscope.sim.faults import Fault, FaultSchedule
-from fabricscope.sim.twin import NS, Twin, background_load
 from fabricscope.telemetry.codec import encode_notification, path_bytes, prefix_bytes
 from fabricscope.telemetry.detectors import MicroBurstDetector
 from fabricscope.telemetry.paths import parse_path, schema_name, tags_of
+from fabricscope.twin.state import NS, Twin, background_load
 
 ROOT = Path(__file__).resolve().parent
 QUEUE_LEAVES = ("watermark-bytes", "ecn-marked-pkts")

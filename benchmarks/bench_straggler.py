@@ -33,16 +33,16 @@ import numpy as np
 from fabricscope.fabric.builders import rail_optimized_fabric
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.sim.faults import Fault
-from fabricscope.sim.tracegen import (
+from fabricscope.straggler.analysis import analyze
+from fabricscope.straggler.devices import rank_devices
+from fabricscope.straggler.table import OpTable, from_columns
+from fabricscope.twin.tracegen import (
     TRACE_T0_NS,
     TwinJob,
     TwinTrace,
     generate_trace,
     nominal_iteration_ns,
 )
-from fabricscope.straggler.analysis import analyze
-from fabricscope.straggler.devices import rank_devices
-from fabricscope.straggler.table import OpTable, from_columns
 
 KINDS = ("none", "slow-gpu", "slow-nic", "link-degraded", "congestion", "switch-fault",
          "stage-imbalance", "sequence-imbalance")

@@ -30,7 +30,7 @@ from pathlib import Path
 from fabricscope.fabric.catalog import build_fabric, parse_params
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.sim.clock import SimClock
-from fabricscope.sim.twin import Twin
+from fabricscope.twin.state import Twin
 
 ROOT = Path(__file__).resolve().parent
 PYGNMI_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fabricscope" / "pygnmi-0.8.15"

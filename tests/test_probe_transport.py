@@ -10,7 +10,7 @@ from fabricscope.model.errors import ConfigError
 from fabricscope.model.records import FiveTuple
 from fabricscope.sim.clock import SimClock
 from fabricscope.sim.faults import Fault, FaultSchedule
-from fabricscope.sim.probe_transport import ProbeTransport, round_robin_schedule
+from fabricscope.twin.probe_transport import ProbeTransport, round_robin_schedule
 
 F = leaf_spine_fabric(leaves=2, hosts_per_leaf=2, spines=4)
 SRC, DST = "host0000/nic0", "host0002/nic0"

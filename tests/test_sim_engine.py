@@ -205,7 +205,7 @@ def test_compacted_solver_keeps_flows_still_waiting_on_dependencies(monkeypatch:
     at every solve, gives the same completion times as the uncompacted run (regression: the
     128-rank random ring came out 3x too fast when only active rows were kept)."""
     import fabricscope.sim.engine as engine
-    from fabricscope.sim.workloads import place_ranks, ring_collective
+    from fabricscope.sim.workload import place_ranks, ring_collective
 
     fab = fat_tree_fabric(k=4)
     w = ring_collective(place_ranks(fab, policy="random", seed=1), 4 * 2**20)

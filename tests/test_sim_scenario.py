@@ -189,7 +189,7 @@ def test_ring_steady_state_scenario_reports_the_collective_time() -> None:
     """`steady_state: true` simulates one ring step; the table adds the whole collective's
     time and busbw from that step's t = 0 rates, exactly as the Python API computes them."""
     from fabricscope.sim.engine import steady_state_rates
-    from fabricscope.sim.workloads import (
+    from fabricscope.sim.workload import (
         path_latency_s,
         ring_busbw_from_rates,
         ring_time_from_rates,

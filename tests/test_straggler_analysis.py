@@ -10,18 +10,18 @@ from hypothesis import strategies as st
 from fabricscope.fabric.builders import rail_optimized_fabric
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.sim.faults import Fault
-from fabricscope.sim.tracegen import (
+from fabricscope.straggler.analysis import analyze
+from fabricscope.straggler.devices import rank_devices
+from fabricscope.straggler.iterations import change_points
+from fabricscope.straggler.posterior import interval_llr
+from fabricscope.straggler.table import OpTable, from_columns
+from fabricscope.twin.tracegen import (
     TRACE_T0_NS,
     TwinJob,
     TwinTrace,
     generate_trace,
     nominal_iteration_ns,
 )
-from fabricscope.straggler.analysis import analyze
-from fabricscope.straggler.devices import rank_devices
-from fabricscope.straggler.iterations import change_points
-from fabricscope.straggler.posterior import interval_llr
-from fabricscope.straggler.table import OpTable, from_columns
 
 
 def to_table(tr: TwinTrace) -> OpTable:

@@ -108,7 +108,7 @@ def test_hta_nccl_sample_parses() -> None:
 
 def _twin_kineto(tmp_path: Path) -> Path:
     from fabricscope.fabric.builders import rail_optimized_fabric
-    from fabricscope.sim.tracegen import TwinJob, generate_trace, write_twin_traces
+    from fabricscope.twin.tracegen import TwinJob, generate_trace, write_twin_traces
 
     fab = rail_optimized_fabric(4, gpus_per_server=4, radix=16)
     tr = generate_trace(fab, TwinJob(dp=2, tp=2, pp=2, iterations=4), comm="alpha-beta", seed=3)

@@ -15,7 +15,6 @@ from gnmi_pb import gnmi_pb2, gnmi_pb2_grpc
 from fabricscope.fabric.builders import leaf_spine_fabric
 from fabricscope.model.errors import ConfigError, TransportError
 from fabricscope.sim.clock import WallClock
-from fabricscope.sim.twin import Twin, background_load
 from fabricscope.telemetry.codec import Flattener, to_proto_path
 from fabricscope.telemetry.collector import Collector, gnmi_subscribe
 from fabricscope.telemetry.config import parse_config
@@ -23,6 +22,7 @@ from fabricscope.telemetry.detectors import DetectorSet
 from fabricscope.telemetry.paths import match, parse_path
 from fabricscope.telemetry.sinks import MemorySink
 from fabricscope.telemetry.target import Credentials, GnmiTarget, TLSFiles
+from fabricscope.twin.state import Twin, background_load
 
 FAB = leaf_spine_fabric(leaves=2, hosts_per_leaf=2, spines=2)
 COUNTERS = "/interfaces/interface[name=*]/state/counters"

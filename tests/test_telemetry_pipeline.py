@@ -13,7 +13,6 @@ from fabricscope.model.errors import ConfigError
 from fabricscope.model.records import Finding, TelemetryEvent
 from fabricscope.sim.clock import SimClock
 from fabricscope.sim.faults import Fault, FaultSchedule
-from fabricscope.sim.twin import NS, Twin, background_load
 from fabricscope.store.telemetry import TelemetryStore
 from fabricscope.telemetry.config import load_config, parse_config, parse_duration_ns
 from fabricscope.telemetry.detectors import (
@@ -34,6 +33,7 @@ from fabricscope.telemetry.processors import (
     Rate,
     Rename,
 )
+from fabricscope.twin.state import NS, Twin, background_load
 
 OCT = "/interfaces/interface/state/counters/in-octets"
 

@@ -22,8 +22,8 @@ import pytest
 
 from fabricscope.fabric.builders import leaf_spine_fabric
 from fabricscope.sim.clock import WallClock
-from fabricscope.sim.twin import Twin, background_load
 from fabricscope.telemetry.target import Credentials, GnmiTarget
+from fabricscope.twin.state import Twin, background_load
 
 PYGNMI = "pygnmi==0.8.15"
 

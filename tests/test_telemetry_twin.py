@@ -11,7 +11,7 @@ from fabricscope.fabric.builders import leaf_spine_fabric
 from fabricscope.model.errors import ConfigError
 from fabricscope.sim.clock import SimClock
 from fabricscope.sim.faults import Fault, FaultSchedule
-from fabricscope.sim.twin import NS, Twin, TwinConfig, background_load
+from fabricscope.twin.state import NS, Twin, TwinConfig, background_load
 
 FAB = leaf_spine_fabric(leaves=2, hosts_per_leaf=2, spines=2)
 UP = "leaf-000:eth3->spine-00:eth1"  # a leaf uplink

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from fabricscope.fabric.builders import fat_tree_fabric, rail_optimized_fabric
 from fabricscope.model.errors import WorkloadError
 from fabricscope.sim.flows import Workload
-from fabricscope.sim.workloads import (
+from fabricscope.sim.workload import (
     all_to_all,
     alpha_beta_time,
     double_binary_tree,

@@ -17,7 +17,7 @@ import pytest
 
 from fabricscope.fabric.builders import fat_tree_fabric, leaf_spine_fabric, rail_optimized_fabric
 from fabricscope.sim.engine import simulate, steady_state_rates
-from fabricscope.sim.workloads import (
+from fabricscope.sim.workload import (
     alpha_beta_time,
     path_latency_s,
     place_ranks,
@@ -120,7 +120,7 @@ def test_tree_allreduce_time_is_bounded_by_its_busiest_nic():
     size, chunks = 2 * 2**30, 16
     from collections import Counter
 
-    from fabricscope.sim.workloads import tree_allreduce
+    from fabricscope.sim.workload import tree_allreduce
 
     w = tree_allreduce(pl, size, chunks=chunks)
     r = simulate(fab, w, lb="spray", record_utilization=False)
@@ -139,7 +139,7 @@ def test_job_iteration_matches_pipeline_formula():
     # Compute-dominated job (tiny transfers): one iteration of a pipeline with m micro-batches
     # and p stages takes (m + p - 1)(fwd + bwd), the 1F1B / GPipe bubble formula
     # (Narayanan et al., SC'21), plus the DP all-reduce.
-    from fabricscope.sim.workloads import JobSpec, job_iteration
+    from fabricscope.sim.workload import JobSpec, job_iteration
 
     fab = rail_optimized_fabric(8)
     fwd, bwd, mb, pp = 1_000_000, 2_000_000, 4, 4

@@ -6,7 +6,7 @@ import pytest
 
 from fabricscope.fabric.builders import fat_tree_fabric, leaf_spine_fabric, rail_optimized_fabric
 from fabricscope.model.errors import ConfigError, WorkloadError
-from fabricscope.sim.workloads import parse_duration_ns, parse_size, place_ranks
+from fabricscope.sim.workload import parse_duration_ns, parse_size, place_ranks
 
 
 @pytest.fixture(scope="module")

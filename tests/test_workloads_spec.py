@@ -7,7 +7,7 @@ import yaml
 
 from fabricscope.fabric.builders import fat_tree_fabric, rail_optimized_fabric
 from fabricscope.model.errors import ConfigError, WorkloadError
-from fabricscope.sim.workloads import JobSpec, job_iteration, workload_from_spec
+from fabricscope.sim.workload import JobSpec, job_iteration, workload_from_spec
 
 
 @pytest.fixture(scope="module")

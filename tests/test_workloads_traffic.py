@@ -9,7 +9,7 @@ import pytest
 
 from fabricscope.fabric.builders import fat_tree_fabric
 from fabricscope.model.errors import ConfigError, WorkloadError
-from fabricscope.sim.workloads import (
+from fabricscope.sim.workload import (
     all_to_all_matrix,
     incast,
     parse_flow_csv,

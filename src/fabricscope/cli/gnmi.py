@@ -122,8 +122,8 @@ def register(app: typer.Typer) -> None:
         import asyncio
 
         from fabricscope.model.errors import ConfigError
+        from fabricscope.service.gnmi_twin import parse_fault, serve_twin, twin_for
         from fabricscope.sim.clock import WallClock
-        from fabricscope.telemetry.serve import parse_fault, serve_twin, twin_for
         from fabricscope.telemetry.target import Credentials, TLSFiles
 
         fab = _fabric(topo, inventory)

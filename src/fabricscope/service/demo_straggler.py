@@ -49,7 +49,7 @@ def write_twin_scenario(
     """Generate a twin job with one fault and write its traces, truth and inventory."""
     from fabricscope.fabric.builders import rail_optimized_fabric
     from fabricscope.fabric.io import write_fabric
-    from fabricscope.sim.tracegen import (
+    from fabricscope.twin.tracegen import (
         TRACE_T0_NS,
         TwinJob,
         generate_trace,

@@ -20,11 +20,11 @@ import numpy as np
 from fabricscope.fabric.builders import rail_optimized_fabric
 from fabricscope.fabric.inventory import Fabric, port_device
 from fabricscope.model.records import Finding
+from fabricscope.service.gnmi_twin import twin_for
 from fabricscope.sim.clock import WallClock
 from fabricscope.sim.faults import Fault, FaultSchedule
 from fabricscope.telemetry.collector import Collector
 from fabricscope.telemetry.config import parse_config
-from fabricscope.telemetry.serve import twin_for
 from fabricscope.telemetry.target import GnmiTarget
 
 NS = 1_000_000_000

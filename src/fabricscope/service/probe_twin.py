@@ -1,7 +1,7 @@
 """Composition for probing the twin: plans -> twin transport -> observations -> analysis.
 
 The twin's agents are emulated in bulk (every NIC cycles through its plan's flows at the
-budget rate, :func:`~fabricscope.sim.probe_transport.round_robin_schedule`), the transport
+budget rate, :func:`~fabricscope.twin.probe_transport.round_robin_schedule`), the transport
 decides what comes back, and the same pure analysis as on live hosts localizes.
 """
 
@@ -28,7 +28,7 @@ from fabricscope.probe.analysis import (
 from fabricscope.probe.localize import FindingTracker, PathModel
 from fabricscope.probe.plan import ProbePlan, plan_mesh
 from fabricscope.sim.faults import FaultSchedule
-from fabricscope.sim.probe_transport import (
+from fabricscope.twin.probe_transport import (
     FlowTable,
     ProbeBatch,
     ProbeTransport,

@@ -10,7 +10,7 @@ the file, the field and the value named. YAML vocabulary::
       kind: rail-optimized        #   leaf-spine | fat-tree | rail-optimized | multi-plane | dual-tor
       params: {servers: 16}
       # file: cluster.yaml        # ... or an inventory file (fabricscope topo build -o)
-    workload: {kind: permutation, size: 2MiB}    # see fabricscope.sim.workloads
+    workload: {kind: permutation, size: 2MiB}    # see fabricscope.sim.workload
     lb: [ecmp, spray, dlb]        # one or several of ecmp random spray flowlet dlb stripe
     hash: {function: crc32, seed: 0, per_switch_seed: true}
     faults:
@@ -186,13 +186,13 @@ def _err(source: str, field_: str, msg: str) -> ConfigError:
 
 
 def _size(value: object, field_: str, source: str) -> float:
-    from fabricscope.sim.workloads import parse_size
+    from fabricscope.sim.workload import parse_size
 
     return parse_size(value, field=field_, source=source)
 
 
 def _duration(value: object, field_: str, source: str) -> int:
-    from fabricscope.sim.workloads import parse_duration_ns
+    from fabricscope.sim.workload import parse_duration_ns
 
     return parse_duration_ns(value, field=field_, source=source)
 
@@ -529,7 +529,7 @@ def prepare(scenario: Scenario) -> Prepared:
         link = resolve_link(fabric, fs.link, where=f"{src}: {fs.where}.link")
         params = {"factor": fs.factor} if fs.kind == "link-degraded" else {}
         faults.append(Fault(fs.kind, link, fs.start_ns, fs.end_ns, params))  # type: ignore[arg-type]
-    from fabricscope.sim.workloads import workload_from_spec
+    from fabricscope.sim.workload import workload_from_spec
 
     workloads = {
         s: workload_from_spec(fabric, scenario.workload, seed=s, source=src, where="workload")
@@ -578,7 +578,7 @@ def _ring_estimate(
     if not w.meta.get("steady_state") or res.unroutable or not res.done.all():
         return None, None
     from fabricscope.sim.engine import steady_state_rates
-    from fabricscope.sim.workloads import (
+    from fabricscope.sim.workload import (
         path_latency_s,
         ring_busbw_from_rates,
         ring_time_from_rates,

@@ -8,7 +8,7 @@ wrong ``username``/``password`` metadata. Binds 127.0.0.1 by default; TLS option
 Passwords are compared in constant time and never logged.
 
 The source is anything with ``targets() / leaves(target) / read(leaves) / sync()`` — the twin
-(:class:`fabricscope.sim.twin.Twin`) in practice; this module never imports the simulator.
+(:class:`fabricscope.twin.state.Twin`) in practice; this module never imports the simulator.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.sim.clock import Clock, WallClock
 from fabricscope.sim.faults import Fault, FaultSchedule
-from fabricscope.sim.twin import Twin, TwinConfig, background_load
 from fabricscope.telemetry.target import Credentials, GnmiTarget, TLSFiles
+from fabricscope.twin.state import Twin, TwinConfig, background_load
 
 
 def twin_for(
