@@ -259,7 +259,7 @@ class _Engine:
                     self.edge_load[old[0]] -= old[1] / cap_units[old[0]]
         tab = route_flows(
             self.finder, self.scheme, self.src[idx], self.dst[idx], sport,
-            rng=self.rng, load=self.edge_load,
+            rng=self.rng, load=self.edge_load, capacity_bps=self.capacity,
         )
         if self.scheme == "flowlet":  # DLB updates the metric itself while placing
             cap_units = self.capacity / 1e11

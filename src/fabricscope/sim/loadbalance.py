@@ -12,8 +12,9 @@ so a failed link is simply absent and traffic reroutes around it):
              UDP source port (Kandula et al., "Dynamic load balancing without packet
              reordering", CCR 2007; the fluid model has no idle gaps, so flowlets are chunks).
 ``dlb``      dynamic load balancing: at every flowlet boundary each switch places the flowlet
-             on its least-loaded next hop given the current link loads (CONGA, Alizadeh et
-             al., SIGCOMM'14, with a local metric: active flows per unit of capacity).
+             on the next hop whose path ahead is least loaded, a path's load being its most
+             loaded link in active flows per unit of its current capacity (CONGA, Alizadeh
+             et al., SIGCOMM'14: leaf-to-leaf path congestion = max over the path's links).
 ``stripe``   multi-plane striping: a flow is split evenly over its NIC's planes (uplinks) and
              ECMP-hashed inside each plane (a single-homed NIC behaves like ``ecmp``).
 
@@ -407,34 +408,63 @@ class PathFinder:
         return _from_rows(out)
 
     def least_loaded(
-        self, src: IntArray, dst: IntArray, sport: IntArray, load: FloatArray
+        self, src: IntArray, dst: IntArray, sport: IntArray, load: FloatArray,
+        capacity_bps: FloatArray | None = None,
     ) -> PathTable:
-        """DLB: each flow, in turn, takes the least-loaded next hop at every switch.
+        """DLB: each flow, in turn, takes the next hop whose best remaining path is least loaded.
 
-        ``load`` (per directed edge, active flows per unit capacity) is updated in place as
-        flows are placed, so a batch of simultaneous flowlets spreads out. Ties are broken by
-        the switch hash so that equal loads do not all pick the first port.
+        Port quality follows CONGA (Alizadeh et al., SIGCOMM'14): a path's congestion is the
+        maximum over its links, and a switch picks the next hop whose path to the destination
+        leaf has the smallest one (CONGA's leaf-to-leaf feedback; Broadcom DLB's port quality
+        is the local term of it). A link's metric is what its load *would be* with this
+        flowlet on it, ``(flows + 1) / capacity``: the inverse of the share max-min fairness
+        would give the flowlet, so an idle link at 25 % is worse than an idle one at 100 %,
+        and a degraded link attracts proportionally less traffic.
+
+        ``load`` (per directed edge, active flows per 100 Gb/s of ``capacity_bps``, the
+        current capacity) is updated in place as flows are placed, so a batch of simultaneous
+        flowlets spreads out. Ties are broken by the switch hash so that equal loads do not
+        all pick the first port.
         """
         ix = self.ix
-        cap = ix.capacity_bps / 1e11
+        # The CURRENT capacity (a degraded link counts its flows against what is left):
+        # with the nominal one a flow on a 25 % link added a quarter of what its removal
+        # subtracted, the metric went negative and DLB piled flows onto the degraded link.
+        cap = (ix.capacity_bps if capacity_bps is None else capacity_bps) / 1e11
+        inc = 1.0 / np.maximum(cap, 1e-300)
         keys = self.keys(src, dst, sport)
         rows: list[tuple[IntArray, FloatArray] | None] = []
+        next_hops = self.routing.next_hops
         for i in range(src.shape[0]):
             s, t = int(src[i]), int(dst[i])
+            memo: dict[int, float] = {t: 0.0}
+
+            def ahead(v: int, t: int = t, memo: dict[int, float] = memo) -> float:
+                """Smallest path metric (max over links) from ``v`` to ``t``; inf if none."""
+                hit = memo.get(v)
+                if hit is not None:
+                    return hit
+                memo[v] = np.inf  # a cycle (never on shortest paths) counts as no path
+                best = np.inf
+                for x in next_hops(v, t):
+                    best = min(best, max(float(load[x] + inc[x]), ahead(int(ix.dst[x]))))
+                memo[v] = best
+                return best
+
             node, path = s, []
             ok = True
             for _ in range(_MAX_HOPS):
                 if node == t:
                     break
-                nh = self.routing.next_hops(node, t)
+                nh = next_hops(node, t)
                 if not nh:
                     ok = False
                     break
                 if len(nh) == 1:
                     e = nh[0]
                 else:
-                    lv = np.array([load[x] for x in nh])
-                    best = np.flatnonzero(lv <= lv.min() + 1e-12)
+                    lv = np.array([max(float(load[x] + inc[x]), ahead(int(ix.dst[x]))) for x in nh])
+                    best = np.flatnonzero(lv <= lv.min() * (1 + 1e-9) + 1e-12)
                     if best.shape[0] > 1:
                         h = zlib.crc32(bytes(keys[i]), int(self.seed[node]))
                         e = nh[int(best[(h ^ (h >> 16)) % best.shape[0]])]
@@ -446,7 +476,7 @@ class PathFinder:
                 rows.append(None)
                 continue
             pe = np.array(path, dtype=np.int64)
-            load[pe] += 1.0 / cap[pe]
+            load[pe] += inc[pe]
             rows.append((pe, np.ones(pe.shape[0])))
         return _from_rows(rows)
 
@@ -473,6 +503,7 @@ def route_flows(
     *,
     rng: np.random.Generator | None = None,
     load: FloatArray | None = None,
+    capacity_bps: FloatArray | None = None,
 ) -> PathTable:
     """Routes for a batch of flows under ``scheme`` (``flowlet``/``dlb`` route one flowlet:
     pass the flowlet's source port; ``dlb`` needs ``load``)."""
@@ -487,5 +518,5 @@ def route_flows(
     if scheme == "dlb":
         if load is None:
             load = np.zeros(finder.ix.n_edges)
-        return finder.least_loaded(src, dst, sport, load)
+        return finder.least_loaded(src, dst, sport, load, capacity_bps)
     raise ConfigError(f"lb: unknown scheme {scheme!r}")
