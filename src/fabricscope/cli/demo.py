@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from fabricscope.model.errors import ConfigError
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``demo`` command."""
@@ -17,6 +19,9 @@ def register(app: typer.Typer) -> None:
             "rail-optimized cluster, its telemetry streamed over real gNMI into the collector, "
             "the mesh prober localizing an injected gray link, and a training job whose slow "
             "NIC is localized from per-rank traces.\n\n"
+            "Each part prints what it injected, what was found and how long it took; "
+            "--out receives summary.json and each part's plots (a folder that holds "
+            "something else is refused unless --force).\n\n"
             "Examples:\n\n"
             "  fabricscope demo\n\n"
             "  fabricscope demo --part sim --part probe --out /tmp/demo\n\n"
@@ -30,10 +35,35 @@ def register(app: typer.Typer) -> None:
             [], "--part", "-p", help="Run only these parts: sim, telemetry, probe, straggler."
         ),
         quick: bool = typer.Option(False, help="Smaller twin and shorter runs (seconds)."),
+        force: bool = typer.Option(
+            False, help="Write into --out even if it holds files of something else."
+        ),
     ) -> None:
+        from contextlib import AbstractContextManager, nullcontext
+
         from rich.console import Console
 
-        from fabricscope.service.demo import run_demo
+        from fabricscope.cli._outputs import check_output_dir
+        from fabricscope.service.demo import PARTS, run_demo
 
+        known = [p for p, _ in PARTS]
+        bad = [p for p in part if p not in known]
+        if bad:
+            raise ConfigError(f"demo --part: unknown part {bad[0]!r}; choose from {', '.join(known)}")
+        if seed < 0:
+            raise ConfigError(f"demo --seed: {seed} is negative; give a seed >= 0")
+        check_output_dir(out, flag="--out", marker="summary.json", force=force)
         console = Console(highlight=False)
-        run_demo(outdir=out, seed=seed, parts=part or None, quick=quick, echo=console.print)
+        # Piped output keeps whole lines (a reader greps them); a terminal wraps at its width.
+        console.soft_wrap = not console.is_terminal
+
+        def progress(title: str) -> AbstractContextManager[object]:
+            # A spinner with elapsed time while a part runs, on a terminal only.
+            if not console.is_terminal:
+                return nullcontext()
+            return console.status(f"{title} ...")
+
+        run_demo(
+            outdir=out, seed=seed, parts=part or None, quick=quick, echo=console.print,
+            progress=progress,
+        )

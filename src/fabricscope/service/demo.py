@@ -12,6 +12,7 @@ import importlib
 import json
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -43,8 +44,13 @@ def run_demo(
     parts: Sequence[str] | None = None,
     quick: bool = False,
     echo: Callable[[str], None] = print,
+    progress: Callable[[str], AbstractContextManager[object]] | None = None,
 ) -> dict[str, Any]:
-    """Run the selected demo parts (all by default) and write ``outdir/summary.json``."""
+    """Run the selected demo parts (all by default) and write ``outdir/summary.json``.
+
+    ``progress(title)`` gives a context manager held while a part runs (the CLI shows a
+    spinner); each part's wall time is printed after it.
+    """
     known = [p for p, _ in PARTS]
     chosen = list(parts) if parts else known
     for p in chosen:
@@ -61,9 +67,11 @@ def run_demo(
         t0 = time.perf_counter()
         part_dir = outdir / p
         part_dir.mkdir(parents=True, exist_ok=True)
-        result = fn(seed=seed, outdir=part_dir, echo=echo, quick=quick)
+        with progress(title) if progress is not None else nullcontext():
+            result = fn(seed=seed, outdir=part_dir, echo=echo, quick=quick)
         result = dict(result)
         result["seconds"] = round(time.perf_counter() - t0, 2)
+        echo(f"({p} part: {result['seconds']:.1f} s)")
         summary["parts"][p] = result
     (outdir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     echo("")
