@@ -29,8 +29,10 @@ from fabricscope.model.records import Finding, FiveTuple, ProbeSample
 from fabricscope.probe.localize import (
     LossCounts,
     PathModel,
+    estimate_label,
     estimates_to_findings,
     localize_map,
+    set_details,
     vote_007,
 )
 
@@ -316,14 +318,20 @@ def delay_findings(
                    + np.asarray(AR[rows][:, e.component].todense()).ravel()) > 0
         sel = through & slow
         added = float(np.median(excess[sel])) if sel.any() else 0.0
+        kind, subject = estimate_label(e)
+        extra = set_details(fabric, e)
         out.append(Finding(
-            kind=_SLOW_KIND.get(e.kind, e.kind), subject=e.subject, score=round(e.score, 6),
+            kind=_SLOW_KIND.get(kind, kind), subject=subject, score=round(e.score, 6),
             window=window,
             evidence=(f"{int(sel.sum())} of {int((through & valid).sum())} probe flows through it "
-                      f"are slower than their baseline by > {min_delay_ns / 1e3:.0f} us",),
-            action="check this link/device for congestion, a flapping optic or a slow path",
+                      f"are slower than their baseline by > {min_delay_ns / 1e3:.0f} us",
+                      *((f"ambiguous: {extra['candidates']} candidates "
+                         f"(posterior {extra['posterior']})",) if extra else ())),
+            action=("check this link/device for congestion, a flapping optic or a slow path"
+                    if not extra else f"not yet localized to one candidate; to separate them: "
+                    f"{extra.get('separate_by', '')}"),
             details={"added_delay_ns": added, "slow_fraction": e.loss, "strength": e.llr,
-                     "method": "map"},
+                     "method": "map", **extra},
         ))
     return out
 
@@ -374,7 +382,7 @@ def analyze(
                            min_loss=min_loss)
     else:
         raise ConfigError(f"probe analyze: --method must be 'map' or '007', got {method!r}")
-    out = hosts + estimates_to_findings(est, window, method=method) + slow
+    out = hosts + estimates_to_findings(est, window, method=method, fabric=fabric) + slow
     out.sort(key=lambda f: -float(f.details.get("strength", 0.0)))
     return out
 

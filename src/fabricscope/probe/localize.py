@@ -32,7 +32,7 @@ import numpy.typing as npt
 from scipy.sparse import csr_matrix, diags, vstack
 from scipy.stats import chi2
 
-from fabricscope.fabric.inventory import Fabric
+from fabricscope.fabric.inventory import Fabric, port_device
 from fabricscope.fabric.routing import PathTable
 from fabricscope.model.errors import ConfigError
 from fabricscope.model.records import Finding, FiveTuple
@@ -255,6 +255,16 @@ def _system(model: PathModel, counts: LossCounts, loss_per_hop: float) -> _Syste
 
 
 @dataclass(frozen=True, slots=True)
+class Candidate:
+    """One member of an estimate's credible set."""
+
+    component: int
+    kind: str
+    subject: str
+    posterior: float
+
+
+@dataclass(frozen=True, slots=True)
 class Estimate:
     """One selected component of the explanation."""
 
@@ -266,6 +276,82 @@ class Estimate:
     score: float  # Bonferroni-corrected significance in [0, 1] (vote share for 007)
     lost_explained: float
     evidence: tuple[str, ...] = ()
+    # The credible set: every component that explains the same losses about as well, with
+    # its posterior probability of being the one (``component`` is among them). One entry
+    # means the data single it out; several mean the probes cannot tell them apart.
+    candidates: tuple[Candidate, ...] = ()
+
+    @property
+    def ambiguous(self) -> bool:
+        return len(self.candidates) > 1
+
+
+def _best_single(r: I64, c: I64, x: F64, lL: F64, lam: F64, D: F64, C: int) -> tuple[F64, F64]:
+    """For every column at once, the best drop rate ``p_c`` of a single addition to the model
+    ``lam`` and its log-likelihood gain: maximize ``g(p) = sum_f l_f log(lam_f + x_fc p) - p D_c``
+    (concave) by Newton from p = 0 (g' is convex and decreasing, so the iterates increase
+    monotonically to the root)."""
+    pc = np.zeros(C)
+    for _ in range(40):
+        den = lam[r] + x * pc[c]
+        g1 = np.bincount(c, weights=lL[r] * x / den, minlength=C) - D
+        g2 = np.bincount(c, weights=lL[r] * x * x / (den * den), minlength=C)
+        step = np.where(g2 > 0, g1 / np.maximum(g2, 1e-300), 0.0)
+        pc = np.clip(pc + step, 0.0, 1.0)
+    gain = np.bincount(c, weights=lL[r] * np.log1p(x * pc[c] / lam[r]), minlength=C) - pc * D
+    gain[D <= 0] = 0.0
+    return pc, gain
+
+
+def credible_set(gain: F64, *, level: float = 0.99, max_size: int = 64) -> tuple[tuple[int, float], ...]:
+    """The smallest set of components holding ``level`` of the posterior that *one* of them
+    explains the losses (uniform prior; the likelihood of component c is ``exp(gain_c)`` with
+    its drop rate profiled out), as (component, posterior) pairs, most probable first.
+
+    This is the single-effect credible set of Bayesian fine-mapping (Wang et al., "A simple
+    new approach to variable selection in regression", JRSS-B 2020, SuSiE): candidates the
+    probes cannot separate (the two spines of a flow whose ECMP choice is unknown, the two
+    directions of a cable without the responder's rx_count) share the posterior, so none of
+    them is named with a confidence the data do not give.
+    """
+    cand = np.flatnonzero(gain > 0)
+    if cand.size == 0:
+        return ()
+    g = gain[cand]
+    order = np.argsort(-g, kind="stable")
+    w = np.exp(g[order] - g[order[0]])
+    w /= w.sum()
+    k = int(np.searchsorted(np.cumsum(w), level - 1e-12)) + 1
+    k = min(k, max_size, w.size)
+    return tuple((int(cand[order[i]]), float(w[i])) for i in range(k))
+
+
+def describe_set(fabric: Fabric, cands: Sequence[Candidate]) -> tuple[str, str]:
+    """(what the candidates have in common, what would tell them apart)."""
+    kinds = {c.kind for c in cands}
+    if kinds != {"gray-link"}:
+        names = ", ".join(sorted(f"{c.kind} {c.subject}" for c in cands))
+        return (f"{len(cands)} candidates of different kinds: {names}",
+                "the responder's rx_count (request vs reply loss) and probes to more peers of "
+                "the device separate a device fault from one of its links")
+    ends = [tuple(c.subject.split("->")) for c in cands]
+    src = sorted({port_device(a) for a, _ in ends})
+    dst = sorted({port_device(b) for _, b in ends})
+    cables = {tuple(sorted(e)) for e in ends}
+    if len(cables) == 1:
+        return (f"both directions of cable {'|'.join(next(iter(cables)))}",
+                "the responder's rx_count (request vs reply loss) separates the directions: "
+                "use agents that report it")
+    role = {fabric.devices[d].role for d in (*src, *dst) if d in fabric.devices}
+    if len(dst) == 1:
+        common = f"one of {len(cands)} links into {dst[0]} (from {', '.join(src)})"
+    elif len(src) == 1:
+        common = f"one of {len(cands)} links out of {src[0]} (to {', '.join(dst)})"
+    else:
+        common = f"one of {len(cands)} links ({'/'.join(sorted(role))} tier)"
+    return (common, "the flows' ECMP choices are unknown: trace them (`fabricscope lab trace`, "
+                    "then `probe analyze --paths`); more source ports per peer only help where "
+                    "the candidates' path sets differ")
 
 
 def _score(llr: float, n_tests: int) -> float:
@@ -281,12 +367,15 @@ def localize_map(
     min_loss: float = 1e-3,
     max_components: int = 8,
     em_iters: int = 150,
+    level: float = 0.99,
 ) -> list[Estimate]:
     """Sparse maximum-likelihood explanation of probe losses (see the module docstring).
 
     Returns the selected components whose drop rate is at least ``min_loss`` and whose
     likelihood gain is significant at family-wise level ``alpha`` over all components,
-    strongest first.
+    strongest first. Each carries its credible set at ``level`` (:func:`credible_set`); the
+    score is the family-wise significance times the set's posterior mass, so a component
+    that ties with others is reported as the set, never alone with a confidence of 1.
     """
     if int(counts.lost.sum()) == 0:
         return []
@@ -303,21 +392,11 @@ def localize_map(
     chosen: list[int] = []
     p = np.zeros(0)
     lam = base.copy()
+    r, c, x = Xc.row, Xc.col, Xc.data
     for _ in range(max_components):
-        # Best single addition with the current model fixed: maximize, for every column at
-        # once, g(p) = sum_f l_f log(lam_f + x_fc p) - p D_c (concave) by Newton from p = 0
-        # (g' is convex and decreasing, so the iterates increase monotonically to the root).
-        r, c, x = Xc.row, Xc.col, Xc.data
-        pc = np.zeros(C)
-        for _ in range(40):
-            den = lam[r] + x * pc[c]
-            g1 = np.bincount(c, weights=lL[r] * x / den, minlength=C) - D
-            g2 = np.bincount(c, weights=lL[r] * x * x / (den * den), minlength=C)
-            step = np.where(g2 > 0, g1 / np.maximum(g2, 1e-300), 0.0)
-            pc = np.clip(pc + step, 0.0, 1.0)
-        pc[chosen] = 0.0
-        gain = np.bincount(c, weights=lL[r] * np.log1p(x * pc[c] / lam[r]), minlength=C) - pc * D
-        gain[D <= 0] = 0.0
+        # Best single addition with the current model fixed (see _best_single).
+        pc, gain = _best_single(r, c, x, lL, lam, D, C)
+        gain[chosen] = 0.0
         best = int(np.argmax(gain))
         if gain[best] < tau:
             break
@@ -339,6 +418,16 @@ def localize_map(
         llr = ll_full - float(np.sum(lL * np.log(np.maximum(lam_wo, 1e-300)))) - p[i] * D[comp]
         if p[i] < min_loss or llr < tau:
             continue
+        # Which components could stand in for this one, the others held fixed: the credible
+        # set. Its mass, not this component's own, is what the data say about "one of these".
+        _, alt = _best_single(r, c, x, lL, lam_wo, D, C)
+        alt[[j for j in chosen if j != comp]] = 0.0
+        alt[comp] = max(float(alt[comp]), llr)
+        cset = credible_set(alt, level=level)
+        if not any(j == comp for j, _ in cset):
+            cset = ((comp, 0.0), *cset)
+        mass = sum(w for _, w in cset)
+        cands = tuple(Candidate(j, *model.component_name(j), w) for j, w in cset)
         kind, subject = model.component_name(comp)
         explained = float(np.sum(lL * contrib / lam))
         hit = np.flatnonzero(contrib > 0)
@@ -347,8 +436,8 @@ def localize_map(
             f"{counts.flows[j][0]}->{counts.flows[j][1]} sport {counts.flows[j][2].src_port}: "
             f"{int(counts.lost[j])}/{int(counts.sent[j])} lost" for j in ev_rows
         )
-        out.append(Estimate(comp, kind, subject, float(p[i]), llr, _score(llr, n_tests),
-                            explained, evidence))
+        out.append(Estimate(comp, kind, subject, float(p[i]), llr,
+                            _score(llr, n_tests) * min(1.0, mass), explained, evidence, cands))
     out.sort(key=lambda e: -e.llr)
     return out
 
@@ -381,21 +470,60 @@ def vote_007(model: PathModel, counts: LossCounts, *, min_votes: float = 2.0,
     return out
 
 
+def estimate_label(e: Estimate) -> tuple[str, str]:
+    """(kind, subject) of a finding for ``e``: the component itself when the data single it
+    out, else its credible set: the members' common kind (``ambiguous`` when they differ)
+    and their ids joined by `` | `` in a stable (sorted) order."""
+    if not e.ambiguous:
+        return e.kind, e.subject
+    kinds = {c.kind for c in e.candidates}
+    kind = next(iter(kinds)) if len(kinds) == 1 else "ambiguous"
+    return kind, " | ".join(sorted(c.subject for c in e.candidates))
+
+
+def set_details(fabric: Fabric | None, e: Estimate) -> dict[str, float | int | str]:
+    """Details describing ``e``'s credible set (empty when it has one member)."""
+    if not e.ambiguous:
+        return {}
+    out: dict[str, float | int | str] = {
+        "candidates": len(e.candidates),
+        "posterior": ", ".join(f"{c.subject}={c.posterior:.2f}" for c in e.candidates),
+    }
+    if fabric is not None:
+        out["common"], out["separate_by"] = describe_set(fabric, e.candidates)
+    return out
+
+
 def estimates_to_findings(est: Sequence[Estimate], window: tuple[int, int], *,
-                          method: str = "map") -> list[Finding]:
-    """Turn estimates into :class:`Finding` records (the one output type)."""
+                          method: str = "map", fabric: Fabric | None = None) -> list[Finding]:
+    """Turn estimates into :class:`Finding` records (the one output type).
+
+    An ambiguous estimate becomes one finding naming its whole credible set (see
+    :func:`estimate_label`), with the set's score, each member's posterior, what the
+    members share and what would separate them.
+    """
     actions = {
         "gray-link": "drain or swap the optic/cable of this direction; check FEC/CRC counters",
         "switch-fault": "drain the switch and check its line cards and forwarding tables",
         "nic-fault": "check the NIC (link flaps, firmware, PCIe errors); drain the host",
     }
-    return [
-        Finding(kind=e.kind, subject=e.subject, score=round(e.score, 6), window=window,
-                evidence=e.evidence, action=actions.get(e.kind, ""),
-                details={"loss": e.loss, "strength": e.llr, "lost_explained": e.lost_explained,
-                         "method": method})
-        for e in est
-    ]
+    out = []
+    for e in est:
+        kind, subject = estimate_label(e)
+        extra = set_details(fabric, e)
+        evidence = e.evidence
+        action = actions.get(kind, "")
+        if extra:
+            evidence = (f"ambiguous: {extra['candidates']} candidates explain these losses "
+                        f"(posterior {extra['posterior']})", *evidence)
+            sep = extra.get("separate_by", "trace the probe flows' paths (--paths)")
+            action = f"not yet localized to one candidate; to separate them: {sep}"
+        out.append(Finding(kind=kind, subject=subject, score=round(e.score, 6), window=window,
+                           evidence=evidence, action=action,
+                           details={"loss": e.loss, "strength": e.llr,
+                                    "lost_explained": e.lost_explained, "method": method,
+                                    **extra}))
+    return out
 
 
 @dataclass
