@@ -81,6 +81,8 @@ def register(app: typer.Typer) -> None:
                 seeds=seed or [0], hash_function=hash_function or "crc32", per_switch_seed=not polarized,
             )
         prep = prepare(sc)  # everything is validated before the first run
+        if out is not None:
+            _output_folder(out)
         n_flows = sum(len(w.flows) for w in prep.workloads.values())
         console.print(
             f"[bold]{sc.name}[/]: {prep.fabric.name} ({len(prep.fabric.nics)} NICs), "
@@ -113,7 +115,10 @@ def register(app: typer.Typer) -> None:
                 )
                 partitioned.append(f"{r.label} seed {r.seed} ({len(r.result.unroutable)}, e.g. {first.split(', ')[0]})")
         if out is not None:
-            files = write_report(result, out, plots=not no_plot)
+            try:
+                files = write_report(result, out, plots=not no_plot)
+            except OSError as exc:
+                raise ConfigError(f"--out {out}: cannot write the report: {exc.strerror or exc}") from None
             for kind, path in files.items():
                 console.print(f"{kind}: {path}")
         if partitioned:
@@ -124,3 +129,19 @@ def register(app: typer.Typer) -> None:
                 "the fabric is partitioned: unroutable flows in " + "; ".join(partitioned)
                 + " (check --fail / faults: a NIC or leaf lost its last link)"
             )
+
+
+def _output_folder(out: Path) -> None:
+    """``--out`` must be a folder we can write (made now, before a long run, not after it)."""
+    import os
+
+    from fabricscope.model.errors import ConfigError
+
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: is an existing file, not a folder (sim writes sim.json and plots into a folder)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot create the folder: {exc.strerror or exc}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {out}: the folder is not writable")

@@ -308,6 +308,12 @@ def parse_scenario(data: object, *, source: str = "<scenario>") -> Scenario:
         isinstance(s, int) and not isinstance(s, bool) for s in seeds_raw
     ):
         raise _err(source, "seeds", f"expected a list of integers, got {seeds_raw!r}")
+    for s in seeds_raw:
+        if not 0 <= s < 2**63:  # numpy's generators take non-negative seeds only
+            raise _err(source, "seeds", f"a seed must be a non-negative integer, got {s!r}")
+    if len(set(seeds_raw)) != len(seeds_raw):
+        dup = next(s for s in seeds_raw if seeds_raw.count(s) > 1)
+        raise _err(source, "seeds", f"seed {dup} is given twice (a repeated seed is the same run)")
     fb = _size(data.get("flowlet_bytes", 256 * 1024), "flowlet_bytes", source)
     rtol = data.get("batch_rtol", 1e-9)
     if isinstance(rtol, str):  # PyYAML (YAML 1.1) reads `1e-9` (no dot) as a string
@@ -529,6 +535,8 @@ def prepare(scenario: Scenario) -> Prepared:
         link = resolve_link(fabric, fs.link, where=f"{src}: {fs.where}.link")
         params = {"factor": fs.factor} if fs.kind == "link-degraded" else {}
         faults.append(Fault(fs.kind, link, fs.start_ns, fs.end_ns, params))  # type: ignore[arg-type]
+    if "stripe" in scenario.schemes:
+        _check_planes(fabric, src)
     from fabricscope.sim.workload import workload_from_spec
 
     workloads = {
@@ -536,6 +544,21 @@ def prepare(scenario: Scenario) -> Prepared:
         for s in scenario.seeds
     }
     return Prepared(scenario, fabric, tuple(faults), workloads)
+
+
+def _check_planes(fabric: Fabric, source: str) -> None:
+    """``stripe`` splits a flow over its NIC's planes: on a fabric whose NICs all have one
+    uplink it is ECMP under another name, so asking for it is a mistake worth a clear line."""
+    ix = fabric.index
+    uplinks_per_nic = np.bincount(
+        ix.src[(~ix.is_switch[ix.src]) & ix.is_switch[ix.dst]], minlength=ix.n_nodes
+    )
+    if not (uplinks_per_nic > 1).any():
+        raise _err(
+            source, "lb",
+            f"stripe needs NICs with several uplinks (planes); every NIC of fabric {fabric.name!r} "
+            "has one (use a multi-plane or dual-tor fabric, or ecmp/spray/dlb)",
+        )
 
 
 def run_scenario(
