@@ -26,7 +26,7 @@
       - {type: rate, names: ["*octets"]}
     detectors: {micro-burst: {watermark-bytes: 1000000}, error-increase: {}}
     sinks:
-      - {type: duckdb, path: telemetry.duckdb}
+      - {type: duckdb, path: telemetry.duckdb, roll-interval: 1m}   # readers: open_readonly()
       - {type: prometheus, listen: 127.0.0.1:9273}
       - {type: jsonl, path: "-"}
     buffer: {max-events: 1000000, batch: 20000, flush-interval: 200ms}
@@ -40,6 +40,8 @@ expected once|poll|stream, got 'streem'``).
 
 from __future__ import annotations
 
+import math
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,25 +64,66 @@ __all__ = [
     "load_config",
     "parse_config",
     "parse_duration_ns",
+    "show",
 ]
 
 _UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000,
           "m": 60_000_000_000, "h": 3_600_000_000_000}
 _DUR = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ns|us|µs|ms|s|m|h)\s*$")
+_MS = 1_000_000
+_S = 1_000_000_000
+_H = 3_600 * _S
+# gNMI carries intervals as uint64 ns; anything past a day is a typo, not a sampling plan
+_MAX_INTERVAL_NS = 24 * _H
+_SECRET = re.compile(r"pass|secret|token", re.IGNORECASE)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENT = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_MAX_SHOWN = 80
+_MAX_CONFIG_BYTES = 16 << 20
+
+
+def _redact(v: object, depth: int = 0) -> object:
+    """``v`` with every value under a password/secret/token key replaced, for error messages."""
+    if depth > 4:
+        return "..."
+    if isinstance(v, Mapping):
+        return {k: ("<redacted>" if isinstance(k, str) and _SECRET.search(k) else _redact(x, depth + 1))
+                for k, x in list(v.items())[:20]}
+    if isinstance(v, list):
+        return [_redact(x, depth + 1) for x in v[:20]]
+    return v
+
+
+def show(v: object) -> str:
+    """A value as quoted in an error: repr, secrets redacted, cut to one short line."""
+    r = repr(_redact(v))
+    return r if len(r) <= _MAX_SHOWN else r[: _MAX_SHOWN - 3] + "..."
+
+
+def _key(k: object) -> str:
+    s = str(k)
+    return s if len(s) <= 40 else s[:37] + "..."
 
 
 def parse_duration_ns(v: object, field_name: str = "duration") -> int:
-    """``"1s"``, ``"250ms"``, ``"5m"`` or a number of seconds -> integer ns."""
+    """``"1s"``, ``"250ms"``, ``"5m"`` or a number of seconds -> integer ns (finite, >= 0)."""
+    expected = f"{field_name}: expected a duration like 1s or 250ms, got {show(v)}"
     if isinstance(v, bool):
-        raise ConfigError(f"{field_name}: expected a duration like 1s or 250ms, got {v!r}")
+        raise ConfigError(expected)
     if isinstance(v, int | float):
+        if not math.isfinite(v):
+            raise ConfigError(f"{field_name}: expected a finite duration, got {show(v)}")
         if v < 0:
-            raise ConfigError(f"{field_name}: must be >= 0, got {v!r}")
-        return int(v * 1_000_000_000)
-    m = _DUR.match(str(v))
-    if not m:
-        raise ConfigError(f"{field_name}: expected a duration like 1s or 250ms, got {v!r}")
-    return int(float(m.group(1)) * _UNITS[m.group(2)])
+            raise ConfigError(f"{field_name}: must be >= 0, got {show(v)}")
+        ns = v * _S
+    else:
+        m = _DUR.match(v) if isinstance(v, str) else None
+        if not m:
+            raise ConfigError(expected)
+        ns = float(m.group(1)) * _UNITS[m.group(2)]
+    if ns > 2**63 - 1:
+        raise ConfigError(f"{field_name}: duration too large, got {show(v)}")
+    return int(ns)
 
 
 @dataclass(frozen=True)
@@ -146,191 +189,379 @@ class CollectorConfig:
 
 
 SINK_TYPES: Mapping[str, frozenset[str]] = {
-    "duckdb": frozenset({"path", "table"}),
-    "prometheus": frozenset({"listen", "prefix"}),
+    "duckdb": frozenset({"path", "roll-interval"}),
+    "prometheus": frozenset({"listen", "prefix", "counters", "gauges", "max-series", "max-active-findings",
+                             "finding-ttl"}),
     "jsonl": frozenset({"path"}),
     "memory": frozenset(),
 }
+# processors whose output under the same name is no longer a counter (Prometheus TYPE gauge)
+_GAUGE_MAKERS = ("rate", "delta", "downsample")
 
 
-def _check_keys(src: str, where: str, d: Mapping[str, Any], allowed: Sequence[str] | frozenset[str]) -> None:
+class _Ctx:
+    """Where errors point: the source file and, for configs built from CLI flags, the flag names.
+
+    ``labels`` maps an internal field path prefix (``subscriptions.cli.sample-interval``) to
+    what the user typed (``--interval``), so an error never names a field the user never wrote.
+    """
+
+    def __init__(self, src: str, labels: Mapping[str, str]) -> None:
+        self.src = src
+        self.labels = sorted(labels.items(), key=lambda kv: -len(kv[0]))
+
+    def where(self, w: str) -> str:
+        for k, lab in self.labels:
+            if w == k or w.startswith((k + ".", k + "[")):
+                return lab + w[len(k):]
+        return w
+
+    def err(self, w: str, msg: str) -> ConfigError:
+        return ConfigError(f"{self.src}: {self.where(w)}: {msg}")
+
+
+def _check_keys(c: _Ctx, where: str, d: Mapping[Any, Any], allowed: Sequence[str] | frozenset[str]) -> None:
     for k in d:
         if k not in allowed:
-            raise ConfigError(f"{src}: {where}.{k}: unknown field; allowed: {', '.join(sorted(allowed))}")
+            # the key only, never its value: a misspelt 'pasword: s3cret' must not echo the secret
+            raise c.err(f"{where}.{_key(k)}" if where != "<top>" else _key(k),
+                        f"unknown field; allowed: {', '.join(sorted(allowed))}")
 
 
-def _mapping(src: str, where: str, v: object) -> Mapping[str, Any]:
+def _mapping(c: _Ctx, where: str, v: object) -> Mapping[Any, Any]:
     if v is None:
         return {}
     if not isinstance(v, Mapping):
-        raise ConfigError(f"{src}: {where}: expected a mapping, got {type(v).__name__} {v!r}")
+        raise c.err(where, f"expected a mapping, got {type(v).__name__} {show(v)}")
     return v
 
 
-def _bool(src: str, where: str, v: object) -> bool:
+def _list(c: _Ctx, where: str, v: object) -> list[Any]:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise c.err(where, f"expected a list, got {type(v).__name__} {show(v)}")
+    return v
+
+
+def _bool(c: _Ctx, where: str, v: object) -> bool:
     if not isinstance(v, bool):
-        raise ConfigError(f"{src}: {where}: expected true/false, got {v!r}")
+        raise c.err(where, f"expected true/false, got {show(v)}")
     return v
 
 
-def _choice(src: str, where: str, v: object, options: Sequence[str]) -> str:
-    s = str(v).lower().replace("_", "-") if v is not None else ""
+def _choice(c: _Ctx, where: str, v: object, options: Sequence[str]) -> str:
+    s = v.lower().replace("_", "-") if isinstance(v, str) else None
     opts = [o.replace("_", "-") for o in options]
     if s not in opts:
-        raise ConfigError(f"{src}: {where}: expected {'|'.join(options)}, got {v!r}")
+        raise c.err(where, f"expected {'|'.join(options)}, got {show(v)}")
     return options[opts.index(s)]
 
 
-def _dur(src: str, where: str, v: object) -> int:
-    return parse_duration_ns(v, f"{src}: {where}")
+def _dur(c: _Ctx, where: str, v: object, lo_ns: int = 0, hi_ns: int = _MAX_INTERVAL_NS, *,
+         zero_ok: bool = False) -> int:
+    ns = parse_duration_ns(v, f"{c.src}: {c.where(where)}")
+    if (ns < lo_ns and not (zero_ok and ns == 0)) or ns > hi_ns:
+        rng = f"between {_fmt_ns(lo_ns)} and {_fmt_ns(hi_ns)}" + (" (or 0)" if zero_ok else "")
+        raise c.err(where, f"must be {rng}, got {show(v)}")
+    return ns
 
 
-def _strs(src: str, where: str, v: object) -> tuple[str, ...]:
+def _fmt_ns(ns: int) -> str:
+    for unit, k in (("h", _H), ("m", 60 * _S), ("s", _S), ("ms", _MS), ("us", 1_000)):
+        if ns >= k and ns % k == 0:
+            return f"{ns // k}{unit}"
+    return f"{ns}ns"
+
+
+def _int(c: _Ctx, where: str, v: object, lo: int, hi: int) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        kind = "a positive integer" if lo == 1 else f"an integer >= {lo}"
+        raise c.err(where, f"expected {kind} <= {hi:,}, got {show(v)}")
+    return v
+
+
+def _str(c: _Ctx, where: str, v: object, *, secret: bool = False) -> str:
+    if not isinstance(v, str) or not v.strip():
+        got = f"{type(v).__name__} (value not shown)" if secret else show(v)
+        raise c.err(where, f"expected a non-empty string{' (quote it in YAML)' if secret else ''}, got {got}")
+    return v
+
+
+def _strs(c: _Ctx, where: str, v: object) -> tuple[str, ...]:
     if isinstance(v, str):
-        return (v,)
-    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-        raise ConfigError(f"{src}: {where}: expected a list of strings, got {v!r}")
+        v = [v]
+    if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+        raise c.err(where, f"expected a list of strings, got {show(v)}")
     return tuple(v)
 
 
-def _address(src: str, where: str, v: object) -> str:
-    s = str(v or "")
+def _address(c: _Ctx, where: str, v: object) -> str:
+    s = v if isinstance(v, str) else ""
     host, _, port = s.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"{src}: {where}: expected host:port, got {v!r}")
+    if not host or any(ch.isspace() for ch in host) or not port.isdigit() or not 0 < int(port) < 65536:
+        raise c.err(where, f"expected host:port with a port 1-65535, got {show(v)}")
     return s
 
 
-def parse_config(data: object, *, source: str = "<config>") -> CollectorConfig:
-    """Validate a decoded YAML document into a :class:`CollectorConfig`."""
-    src = source
-    top = _mapping(src, "<top>", data)
-    _check_keys(src, "<top>", top, ("targets", "subscriptions", "processors", "detectors", "sinks", "buffer", "backoff",
-                                    "workers", "inventory"))
-    subs: dict[str, SubscriptionConfig] = {}
-    for name, raw in _mapping(src, "subscriptions", top.get("subscriptions")).items():
-        w = f"subscriptions.{name}"
-        d = _mapping(src, w, raw)
-        _check_keys(src, w, d, ("paths", "prefix", "mode", "stream-mode", "sample-interval", "heartbeat-interval",
-                                "suppress-redundant", "updates-only", "encoding", "poll-interval"))
-        paths = _strs(src, f"{w}.paths", d.get("paths"))
-        if not paths:
-            raise ConfigError(f"{src}: {w}.paths: at least one path is required")
-        for i, p in enumerate(paths):
-            parse_path(p, source=f"{src}: {w}.paths[{i}]")
-        if d.get("prefix"):
-            parse_path(str(d["prefix"]), source=f"{src}: {w}.prefix")
-        si = _dur(src, f"{w}.sample-interval", d.get("sample-interval", "1s"))
-        if si < 1_000_000:
-            raise ConfigError(f"{src}: {w}.sample-interval: must be >= 1ms, got {d.get('sample-interval')!r}")
-        subs[str(name)] = SubscriptionConfig(
-            name=str(name), paths=paths, prefix=str(d.get("prefix", "")),
-            mode=_choice(src, f"{w}.mode", d.get("mode", "stream"), ("once", "poll", "stream")),
-            stream_mode=_choice(src, f"{w}.stream-mode", d.get("stream-mode", "sample"),
-                                ("sample", "on-change", "target-defined")),
-            sample_interval_ns=si,
-            heartbeat_interval_ns=_dur(src, f"{w}.heartbeat-interval", d.get("heartbeat-interval", 0)),
-            suppress_redundant=_bool(src, f"{w}.suppress-redundant", d.get("suppress-redundant", False)),
-            updates_only=_bool(src, f"{w}.updates-only", d.get("updates-only", False)),
-            encoding=_choice(src, f"{w}.encoding", d.get("encoding", "proto"), ("proto", "json_ietf")),
-            poll_interval_ns=_dur(src, f"{w}.poll-interval", d.get("poll-interval", "10s")),
-        )
-    if not subs:
-        raise ConfigError(f"{src}: subscriptions: at least one subscription is required")
-    targets: list[TargetConfig] = []
-    for name, raw in _mapping(src, "targets", top.get("targets")).items():
-        w = f"targets.{name}"
-        d = _mapping(src, w, raw)
-        _check_keys(src, w, d, ("address", "names", "username", "password", "password-env", "tls", "subscriptions"))
-        tls = None
-        if "tls" in d:
-            td = _mapping(src, f"{w}.tls", d["tls"])
-            _check_keys(src, f"{w}.tls", td, ("ca-file", "cert-file", "key-file", "server-name"))
-            tls = TLSConfig(td.get("ca-file"), td.get("cert-file"), td.get("key-file"), td.get("server-name"))
-        sub_names = _strs(src, f"{w}.subscriptions", d.get("subscriptions", []))
-        for s in sub_names:
-            if s not in subs:
-                raise ConfigError(f"{src}: {w}.subscriptions: unknown subscription {s!r}; defined: {', '.join(subs)}")
-        if "password" in d and "password-env" in d:
-            raise ConfigError(f"{src}: {w}: give password or password-env, not both")
-        targets.append(TargetConfig(
-            name=str(name), address=_address(src, f"{w}.address", d.get("address")),
-            names=_strs(src, f"{w}.names", d.get("names", [str(name)])),
-            username=d.get("username"), password=d.get("password"), password_env=d.get("password-env"),
-            tls=tls, subscriptions=sub_names,
-        ))
-    if not targets:
-        raise ConfigError(f"{src}: targets: at least one target is required")
+def _file(c: _Ctx, where: str, v: object) -> str:
+    """A path to a readable regular file (TLS material, inventory): checked before start."""
+    p = _str(c, where, v)
+    if not Path(p).is_file():
+        raise c.err(where, f"no such file {show(p)}")
+    if not os.access(p, os.R_OK):
+        raise c.err(where, f"cannot read {show(p)}: permission denied")
+    return p
+
+
+def _out_path(c: _Ctx, where: str, v: object) -> str:
+    """A file path we will create or append to: a string whose directory exists and is writable.
+
+    An integer would be taken by ``open()`` as a file descriptor (``path: 2`` wrote into
+    stderr), so only strings are paths.
+    """
+    if not isinstance(v, str) or not v:
+        raise c.err(where, f"expected a file path (a string), got {type(v).__name__} {show(v)}")
+    p = Path(v)
+    if p.is_dir():
+        raise c.err(where, f"{show(v)} is a directory; expected a file path")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise c.err(where, f"directory {show(str(parent))} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise c.err(where, f"cannot write {show(v)}: permission denied")
+    return v
+
+
+def _subscription(c: _Ctx, name: str, raw: object) -> SubscriptionConfig:
+    w = f"subscriptions.{name}"
+    d = _mapping(c, w, raw)
+    _check_keys(c, w, d, ("paths", "prefix", "mode", "stream-mode", "sample-interval", "heartbeat-interval",
+                          "suppress-redundant", "updates-only", "encoding", "poll-interval"))
+    paths = _strs(c, f"{w}.paths", d.get("paths"))
+    if not paths:
+        raise c.err(f"{w}.paths", "at least one path is required")
+    for i, p in enumerate(paths):
+        parse_path(p, source=f"{c.src}: {c.where(f'{w}.paths[{i}]')}")
+    prefix = ""
+    if d.get("prefix") is not None:
+        prefix = _str(c, f"{w}.prefix", d["prefix"])
+        parse_path(prefix, source=f"{c.src}: {c.where(f'{w}.prefix')}")
+    return SubscriptionConfig(
+        name=name, paths=paths, prefix=prefix,
+        mode=_choice(c, f"{w}.mode", d.get("mode", "stream"), ("once", "poll", "stream")),
+        stream_mode=_choice(c, f"{w}.stream-mode", d.get("stream-mode", "sample"),
+                            ("sample", "on-change", "target-defined")),
+        sample_interval_ns=_dur(c, f"{w}.sample-interval", d.get("sample-interval", "1s"), _MS),
+        heartbeat_interval_ns=_dur(c, f"{w}.heartbeat-interval", d.get("heartbeat-interval", 0), _MS, zero_ok=True),
+        suppress_redundant=_bool(c, f"{w}.suppress-redundant", d.get("suppress-redundant", False)),
+        updates_only=_bool(c, f"{w}.updates-only", d.get("updates-only", False)),
+        encoding=_choice(c, f"{w}.encoding", d.get("encoding", "proto"), ("proto", "json_ietf")),
+        poll_interval_ns=_dur(c, f"{w}.poll-interval", d.get("poll-interval", "10s"), _MS),
+    )
+
+
+def _target(c: _Ctx, name: str, raw: object, subs: Mapping[str, SubscriptionConfig]) -> TargetConfig:
+    w = f"targets.{name}"
+    d = _mapping(c, w, raw)
+    _check_keys(c, w, d, ("address", "names", "username", "password", "password-env", "tls", "subscriptions"))
+    tls = None
+    if "tls" in d:
+        td = _mapping(c, f"{w}.tls", d["tls"])
+        _check_keys(c, f"{w}.tls", td, ("ca-file", "cert-file", "key-file", "server-name"))
+        files = {k: _file(c, f"{w}.tls.{k}", td[k]) if td.get(k) is not None else None
+                 for k in ("ca-file", "cert-file", "key-file")}
+        if (files["cert-file"] is None) != (files["key-file"] is None):
+            raise c.err(f"{w}.tls", "give cert-file and key-file together (mTLS) or neither")
+        sn = _str(c, f"{w}.tls.server-name", td["server-name"]) if td.get("server-name") is not None else None
+        tls = TLSConfig(files["ca-file"], files["cert-file"], files["key-file"], sn)
+    sub_names = _strs(c, f"{w}.subscriptions", d.get("subscriptions", []))
+    for s in sub_names:
+        if s not in subs:
+            raise c.err(f"{w}.subscriptions", f"unknown subscription {show(s)}; defined: {', '.join(subs)}")
+    if "password" in d and "password-env" in d:
+        raise c.err(w, "give password or password-env, not both")
+    username = _str(c, f"{w}.username", d["username"]) if d.get("username") is not None else None
+    password = _str(c, f"{w}.password", d["password"], secret=True) if "password" in d else None
+    password_env = None
+    if "password-env" in d:
+        pe = d["password-env"]
+        if not isinstance(pe, str) or not _ENV_NAME.match(pe):
+            # never echo it: a password pasted here by mistake must not land in a log
+            raise c.err(f"{w}.password-env", "expected the NAME of an environment variable (letters, digits, _), "
+                                             "got something else (value not shown)")
+        password_env = pe
+    if (password is not None or password_env is not None) and username is None:
+        raise c.err(f"{w}.username", "a password is given but no username")
+    return TargetConfig(
+        name=name, address=_address(c, f"{w}.address", d.get("address")),
+        names=_strs(c, f"{w}.names", d.get("names", [name])) or (name,),
+        username=username, password=password, password_env=password_env,
+        tls=tls, subscriptions=sub_names,
+    )
+
+
+def _processors(c: _Ctx, raw_procs: object, has_inventory: bool) -> list[ProcessorSpec]:
     procs: list[ProcessorSpec] = []
-    raw_procs = top.get("processors") or []
-    if not isinstance(raw_procs, list):
-        raise ConfigError(f"{src}: processors: expected a list, got {raw_procs!r}")
-    for i, raw in enumerate(raw_procs):
+    for i, raw in enumerate(_list(c, "processors", raw_procs)):
         w = f"processors[{i}]"
-        d = dict(_mapping(src, w, raw))
+        d = dict(_mapping(c, w, raw))
         ptype = d.pop("type", None)
-        if ptype not in OPTIONS:
-            raise ConfigError(f"{src}: {w}.type: unknown processor {ptype!r}; choose from {', '.join(sorted(OPTIONS))}")
-        _check_keys(src, w, d, OPTIONS[ptype])
+        if not isinstance(ptype, str) or ptype not in OPTIONS:
+            raise c.err(f"{w}.type", f"unknown processor {show(ptype)}; choose from {', '.join(sorted(OPTIONS))}")
+        _check_keys(c, w, d, OPTIONS[ptype])
+        for k in ("names", "funcs", "targets"):
+            if k in d:
+                d[k] = _strs(c, f"{w}.{k}", d[k])
+        for k in ("action", "pattern", "replacement", "by", "func", "window"):
+            if k in d and (isinstance(d[k], bool) or not isinstance(d[k], str | int | float)):
+                raise c.err(f"{w}.{k}", f"expected a string, got {show(d[k])}")
+        for k in ("tags", "groups"):
+            if k in d:
+                m = _mapping(c, f"{w}.{k}", d[k])
+                if not all(isinstance(a, str) and isinstance(b, str) for a, b in m.items()):
+                    raise c.err(f"{w}.{k}", f"expected a mapping of strings to strings, got {show(d[k])}")
+        if "keep-original" in d:
+            _bool(c, f"{w}.keep-original", d["keep-original"])
         spec = ProcessorSpec(ptype, d)
+        check = d
         if ptype == "aggregate" and "groups" not in d:
-            if not top.get("inventory"):
-                raise ConfigError(f"{src}: {w}.groups: give groups (device: label) or a top-level inventory file "
-                                  f"to group by {d.get('by', 'rail')!r}")
-            d = {**d, "groups": {}}  # resolved from the inventory when the collector starts
-        build_processor(ProcessorSpec(ptype, d), source=f"{src}: {w}")  # validates option values now
+            if not has_inventory:
+                raise c.err(f"{w}.groups", "give groups (device: label) or a top-level inventory file "
+                                           f"to group by {show(d.get('by', 'rail'))}")
+            check = {**d, "groups": {}}  # resolved from the inventory when the collector starts
+        build_processor(ProcessorSpec(ptype, check), source=f"{c.src}: {c.where(w)}")  # option values, now
         procs.append(spec)
-    dets = {str(k): dict(_mapping(src, f"detectors.{k}", v))
-            for k, v in _mapping(src, "detectors", top.get("detectors")).items()}
-    for k, v in dets.items():
-        build_detector(k, v, source=f"{src}: detectors")
+    return procs
+
+
+def _detectors(c: _Ctx, raw: object) -> dict[str, dict[str, Any]]:
+    dets: dict[str, dict[str, Any]] = {}
+    for k, v in _mapping(c, "detectors", raw).items():
+        if not isinstance(k, str):
+            raise c.err(f"detectors.{_key(k)}", f"unknown detector {show(k)}")
+        opts = dict(_mapping(c, f"detectors.{k}", v))
+        for ok, ov in opts.items():
+            # every detector option is a positive threshold or duration: finite, so a typo
+            # (.inf, null, a list) fails here and not as a TypeError in the writer mid-run
+            if (not isinstance(ok, str) or isinstance(ov, bool) or not isinstance(ov, int | float)
+                    or not (math.isfinite(ov) and 0 < ov < 1e18)):
+                raise c.err(f"detectors.{k}.{_key(ok)}", f"expected a positive finite number, got {show(ov)}")
+        build_detector(k, opts, source=f"{c.src}: {c.where('detectors')}")
+        dets[k] = opts
+    return dets
+
+
+def _sinks(c: _Ctx, raw_sinks: object, procs: Sequence[ProcessorSpec]) -> list[SinkConfig]:
     sinks: list[SinkConfig] = []
-    raw_sinks = top.get("sinks") or []
-    if not isinstance(raw_sinks, list):
-        raise ConfigError(f"{src}: sinks: expected a list, got {raw_sinks!r}")
-    for i, raw in enumerate(raw_sinks):
+    for i, raw in enumerate(_list(c, "sinks", raw_sinks)):
         w = f"sinks[{i}]"
-        d = dict(_mapping(src, w, raw))
+        d = dict(_mapping(c, w, raw))
         stype = d.pop("type", None)
-        if stype not in SINK_TYPES:
-            raise ConfigError(f"{src}: {w}.type: unknown sink {stype!r}; choose from {', '.join(sorted(SINK_TYPES))}")
-        _check_keys(src, w, d, SINK_TYPES[stype])
-        if stype == "prometheus" and "listen" in d:
-            _address(src, f"{w}.listen", d["listen"])
+        if not isinstance(stype, str) or stype not in SINK_TYPES:
+            raise c.err(f"{w}.type", f"unknown sink {show(stype)}; choose from {', '.join(sorted(SINK_TYPES))}")
+        _check_keys(c, w, d, SINK_TYPES[stype])
+        if stype == "jsonl" and d.get("path", "-") != "-":
+            d["path"] = _out_path(c, f"{w}.path", d["path"])
+        elif stype == "duckdb":
+            d["path"] = _out_path(c, f"{w}.path", d.get("path", "telemetry.duckdb"))
+            if "roll-interval" in d:
+                d["roll-interval"] = _dur(c, f"{w}.roll-interval", d["roll-interval"], _S, 24 * _H,
+                                          zero_ok=True) / _S
+        elif stype == "prometheus":
+            _prometheus_options(c, w, d, procs)
         sinks.append(SinkConfig(stype, d))
-    buf = _mapping(src, "buffer", top.get("buffer"))
-    _check_keys(src, "buffer", buf, ("max-events", "batch", "flush-interval"))
-    bo = _mapping(src, "backoff", top.get("backoff"))
-    _check_keys(src, "backoff", bo, ("initial", "max"))
-    max_events = buf.get("max-events", 1_000_000)
-    batch = buf.get("batch", 20_000)
-    workers = top.get("workers", 1)
-    for where, v in (("buffer.max-events", max_events), ("buffer.batch", batch), ("workers", workers)):
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise ConfigError(f"{src}: {where}: expected a positive integer, got {v!r}")
+    return sinks
+
+
+def _prometheus_options(c: _Ctx, w: str, d: dict[str, Any], procs: Sequence[ProcessorSpec]) -> None:
+    if "listen" in d:
+        _address(c, f"{w}.listen", d["listen"])
+    if "prefix" in d and not (isinstance(d["prefix"], str) and _IDENT.match(d["prefix"])):
+        raise c.err(f"{w}.prefix", f"expected a Prometheus metric name prefix ([a-zA-Z_][a-zA-Z0-9_]*), "
+                                   f"got {show(d['prefix'])}")
+    for k in ("counters", "gauges"):
+        if k in d:
+            d[k] = _strs(c, f"{w}.{k}", d[k])
+    for k, hi in (("max-series", 10_000_000), ("max-active-findings", 1_000_000)):
+        if k in d:
+            d[k] = _int(c, f"{w}.{k}", d[k], 1, hi)
+    if "finding-ttl" in d:
+        d["finding-ttl"] = _dur(c, f"{w}.finding-ttl", d["finding-ttl"], _S, 7 * 24 * _H) / _S
+    # a counter that a rate/delta/downsample processor rewrote in place is a gauge now
+    made = [n for p in procs if p.type in _GAUGE_MAKERS for n in p.options.get("names", ("*",))]
+    made += [n for p in procs if p.type == "aggregate" and p.options.get("func", "sum") != "sum"
+             for n in p.options.get("names", ("*",))]
+    if made:
+        d["gauges"] = (*d.get("gauges", ()), *made)
+
+
+def parse_config(data: object, *, source: str = "<config>", labels: Mapping[str, str] | None = None) -> CollectorConfig:
+    """Validate a decoded YAML document into a :class:`CollectorConfig`.
+
+    Every problem is one :class:`ConfigError` naming ``source``, the field and the value
+    (secrets never shown); ``labels`` renames internal field paths for configs assembled
+    from command-line flags (``{"subscriptions.cli.sample-interval": "--interval"}``).
+    """
+    c = _Ctx(source, labels or {})
+    top = _mapping(c, "<top>", data)
+    _check_keys(c, "<top>", top, ("targets", "subscriptions", "processors", "detectors", "sinks", "buffer", "backoff",
+                                  "workers", "inventory"))
+    inventory = _file(c, "inventory", top["inventory"]) if top.get("inventory") is not None else None
+    subs: dict[str, SubscriptionConfig] = {}
+    for name, raw in _mapping(c, "subscriptions", top.get("subscriptions")).items():
+        subs[str(name)] = _subscription(c, str(name), raw)
+    if not subs:
+        raise c.err("subscriptions", "at least one subscription is required")
+    targets = [_target(c, str(name), raw, subs) for name, raw in _mapping(c, "targets", top.get("targets")).items()]
+    if not targets:
+        raise c.err("targets", "at least one target is required")
+    procs = _processors(c, top.get("processors"), inventory is not None)
+    dets = _detectors(c, top.get("detectors"))
+    sinks = _sinks(c, top.get("sinks"), procs)
+    buf = _mapping(c, "buffer", top.get("buffer"))
+    _check_keys(c, "buffer", buf, ("max-events", "batch", "flush-interval"))
+    bo = _mapping(c, "backoff", top.get("backoff"))
+    _check_keys(c, "backoff", bo, ("initial", "max"))
+    max_events = _int(c, "buffer.max-events", buf.get("max-events", 1_000_000), 1, 100_000_000)
+    batch = _int(c, "buffer.batch", buf.get("batch", 20_000), 1, 10_000_000)
+    workers = _int(c, "workers", top.get("workers", 1), 1, 256)
+    initial = _dur(c, "backoff.initial", bo.get("initial", "200ms"), _MS, _H)
     return CollectorConfig(
         targets=tuple(targets), subscriptions=subs, processors=tuple(procs), detectors=dets,
         sinks=tuple(sinks), buffer_max_events=max_events, batch_max=batch,
-        flush_interval_ns=_dur(src, "buffer.flush-interval", buf.get("flush-interval", "200ms")),
-        backoff_initial_ns=_dur(src, "backoff.initial", bo.get("initial", "200ms")),
-        backoff_max_ns=_dur(src, "backoff.max", bo.get("max", "30s")),
+        flush_interval_ns=_dur(c, "buffer.flush-interval", buf.get("flush-interval", "200ms"), _MS, _H),
+        backoff_initial_ns=initial,
+        backoff_max_ns=_dur(c, "backoff.max", bo.get("max", "30s"), initial, _MAX_INTERVAL_NS),
         workers=workers,
-        inventory=str(top["inventory"]) if top.get("inventory") else None,
-        source=src,
+        inventory=inventory,
+        source=source,
     )
 
 
 def load_config(path: str | Path) -> CollectorConfig:
-    """Read and validate a YAML config file."""
+    """Read and validate a YAML config file; every failure is one :class:`ConfigError` naming it."""
     p = Path(path)
     try:
-        text = p.read_text()
+        with p.open("rb") as fh:
+            raw = fh.read(_MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read: {exc.strerror}") from exc
+    if len(raw) > _MAX_CONFIG_BYTES:
+        raise ConfigError(f"{p}: larger than {_MAX_CONFIG_BYTES >> 20} MiB; expected a YAML collector config")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+                          "expected a YAML collector config") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
+        # problem + position only: the snippet PyYAML quotes could be a password line
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{p}:{where}: not valid YAML: {exc}") from exc
+        where = f" line {mark.line + 1} column {mark.column + 1}:" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ConfigError(f"{p}:{where} not valid YAML: {problem}") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: nested too deeply to be a collector config") from None
     return parse_config(data, source=str(p))
