@@ -162,17 +162,22 @@ def test_not_a_trace_raises_naming_file(tmp_path: Path) -> None:
 
 
 def test_kineto_rank_from_file_name_and_bad_event() -> None:
-    obj = {"traceEvents": [
+    obj: dict[str, object] = {"traceEvents": [
         {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 100},
         {"ph": "X", "cat": "user_annotation", "name": "forward", "ts": 1, "dur": 10},
-        {"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce", "ts": "bad", "dur": 5,
-         "args": {"Collective name": "allreduce"}},
+        {"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce", "ts": 2, "dur": 5,
+         "args": ["not", "an", "object"]},
     ]}
     res = parse_kineto(obj, source="/x/rank7.json")
     assert res.meta["rank"] == 7
-    assert any("event 2" in w for w in res.warnings)
+    assert any("event 2: skipped" in w and "args" in w for w in res.warnings)
     with pytest.raises(TraceFormatError, match="cannot tell the rank"):
         parse_kineto(obj, source="/x/trace.json")
+    # A time that is not a time makes the whole file unusable (one message, event named):
+    # dropping the event would shift this rank's collective numbering against its peers'.
+    obj["traceEvents"][2]["ts"] = "bad"  # type: ignore[index]
+    with pytest.raises(TraceFormatError, match=r"rank7\.json: event 2: ts 'bad' is not a number"):
+        parse_kineto(obj, source="/x/rank7.json")
 
 
 def test_two_whole_jobs_are_refused(tmp_path: Path) -> None:

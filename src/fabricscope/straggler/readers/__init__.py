@@ -66,11 +66,12 @@ def read_file(path: str | Path) -> ReadResult:
     if kind == "kineto":
         return read_kineto(p)
     if kind == "parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         try:
             cols = pq.read_schema(p).names
-        except (OSError, ValueError) as exc:  # pyarrow.ArrowInvalid is a ValueError
+        except (pa.ArrowException, OSError, ValueError) as exc:
             raise TraceFormatError(f"{p}: not a readable Parquet file ({exc})") from exc
         return read_bytedance(p) if "optype" in cols else read_compact(p)
     raise TraceFormatError(f"{p}: unknown trace format (expected .json[.gz], .jsonl[.gz] or "

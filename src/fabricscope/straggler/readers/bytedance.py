@@ -13,41 +13,123 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from fabricscope.model.errors import TraceFormatError
-from fabricscope.straggler.readers.common import ReadResult
+from fabricscope.straggler.readers.common import (
+    MAX_DURATION_NS,
+    MAX_I32,
+    MAX_RANK,
+    MAX_TIME_NS,
+    ReadResult,
+    WarningLog,
+    show,
+)
 from fabricscope.straggler.table import TableBuilder
 
 _COLUMNS = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration")
 _DP_COLLECTIVES = ("grads-reduce-scatter", "params-all-gather")
+# Integer columns and their ranges; a row outside them is skipped and named.
+_INT_RANGES = {"dp_rank": (0, MAX_RANK), "stage": (0, MAX_RANK), "rank": (0, MAX_RANK),
+               "step": (0, MAX_I32), "mb_id": (-1, MAX_I32)}
+
+
+def _numbers(tb: Any, name: str, source: str) -> npt.NDArray[np.float64]:
+    """Column ``name`` as float64 (nulls as NaN); a non-numeric column is a TraceFormatError."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    col = tb.column(name)
+    kind = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
+    if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        raise TraceFormatError(f"{source}: column {name} holds {col.type}, expected numbers")
+    try:
+        arr = pc.fill_null(col.cast(pa.float64(), safe=False), float("nan"))
+        return np.asarray(arr.to_numpy(), dtype=np.float64)
+    except (pa.ArrowException, ValueError) as exc:
+        raise TraceFormatError(f"{source}: column {name}: cannot read as numbers "
+                               f"({show(str(exc), 80)})") from exc
+
+
+def _columns(tb: Any, source: str, log: WarningLog) -> dict[str, Any]:
+    """The validated columns; rows with a null, NaN or out-of-range value are dropped (named)."""
+    import pyarrow as pa
+
+    n = tb.num_rows
+    bad = np.zeros(n, dtype=bool)
+    reasons: list[tuple[npt.NDArray[np.bool_], str]] = []
+    out: dict[str, Any] = {}
+    for name, (lo, hi) in _INT_RANGES.items():
+        if name not in tb.column_names:
+            out[name] = np.full(n, -1, dtype=np.int64)
+            continue
+        v = _numbers(tb, name, source)
+        if name == "mb_id":
+            v = np.where(np.isnan(v), -1.0, v)  # optional: null means unknown
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(v) & (v == np.floor(v)) & (v >= lo) & (v <= hi)
+        reasons.append((~ok, f"{name} not an integer in [{lo}, {hi}]"))
+        bad |= ~ok
+        out[name] = np.where(ok, v, 0).astype(np.int64)
+    start = _numbers(tb, "start_ts", source)
+    dur = _numbers(tb, "duration", source)
+    with np.errstate(invalid="ignore"):
+        ok_t = (np.isfinite(start) & np.isfinite(dur) & (np.abs(start) <= MAX_TIME_NS / 1e9)
+                & (dur >= 0) & (dur <= MAX_DURATION_NS / 1e9))
+    reasons.append((~ok_t, "bad start_ts/duration"))
+    bad |= ~ok_t
+    out["start_ts"], out["duration"] = np.where(ok_t, start, 0.0), np.where(ok_t, dur, 0.0)
+    col = tb.column("optype")
+    kind = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise TraceFormatError(f"{source}: column optype holds {col.type}, expected strings")
+    optype = col.to_pylist()
+    null_op = np.fromiter((o is None for o in optype), dtype=bool, count=n)
+    reasons.append((null_op, "optype is null"))
+    bad |= null_op
+    out["optype"] = optype
+    for k in np.flatnonzero(bad)[:5].tolist():
+        why = "; ".join(r for m, r in reasons if m[k])
+        vals = ", ".join(f"{c}={show(tb.column(c)[k].as_py())}" for c in _COLUMNS
+                         if c != "optype")
+        log.add(f"{source}: row {k}: {why} ({vals}); skipped")
+    if bad.sum() > 5:
+        log.add(f"{source}: {int(bad.sum())} rows with bad values skipped in all")
+    out["ok"] = ~bad
+    return out
 
 
 def parse_bytedance(data: bytes, *, source: str = "<parquet>", job: str | None = None) -> ReadResult:
-    """Parse one ByteDance trace Parquet (bytes) into an :class:`OpTable`."""
+    """Parse one ByteDance trace Parquet (bytes) into an :class:`OpTable`.
+
+    Raises only :class:`TraceFormatError` (unreadable file, a missing or non-numeric column,
+    one (dp_rank, stage) on two ranks); a row with a null / NaN / out-of-range value is
+    skipped and named in the warnings.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
         tb = pq.read_table(pa.BufferReader(data))
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise TraceFormatError(f"{source}: not a readable Parquet file ({exc})") from exc
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise TraceFormatError(f"{source}: not a readable Parquet file "
+                               f"({show(str(exc), 100)})") from exc
     missing = [c for c in _COLUMNS if c not in tb.column_names]
     if missing:
         raise TraceFormatError(f"{source}: not a ByteDance trace, missing column(s) "
                                f"{', '.join(missing)}")
-    d = tb.to_pydict()
-    n = tb.num_rows
     warnings: list[str] = []
-    dp = np.asarray(d["dp_rank"], dtype=np.int64)
-    stage = np.asarray(d["stage"], dtype=np.int64)
-    rank = np.asarray(d["rank"], dtype=np.int64)
-    step = np.asarray(d["step"], dtype=np.int64)
-    start_s = np.asarray(d["start_ts"], dtype=np.float64)
-    dur_s = np.asarray(d["duration"], dtype=np.float64)
-    mb = np.asarray(d.get("mb_id", [-1] * n), dtype=np.int64)
-    optype = [str(o) for o in d["optype"]]
+    log = WarningLog(warnings, source)
+    cols = _columns(tb, source, log)
+    keep = cols["ok"]
+    dp, stage, rank = cols["dp_rank"][keep], cols["stage"][keep], cols["rank"][keep]
+    step, mb = cols["step"][keep], cols["mb_id"][keep]
+    start_s, dur_s = cols["start_ts"][keep], cols["duration"][keep]
+    optype = [o for o, k in zip(cols["optype"], keep.tolist(), strict=True) if k]
+    n = len(optype)
 
     where: dict[tuple[int, int], int] = {}
     for a, s, r in zip(dp.tolist(), stage.tolist(), rank.tolist(), strict=True):
@@ -63,16 +145,9 @@ def parse_bytedance(data: bytes, *, source: str = "<parquet>", job: str | None =
     b.files = {r: source for r in where.values()}
     order = np.lexsort((start_s, step, rank))
     counters: dict[tuple[int, int, str], int] = defaultdict(int)
-    bad = 0
     for k in order.tolist():
         op = optype[k]
         a, s, r, it = int(dp[k]), int(stage[k]), int(rank[k]), int(step[k])
-        if not (np.isfinite(start_s[k]) and np.isfinite(dur_s[k])) or dur_s[k] < 0:
-            bad += 1
-            if bad <= 5:
-                warnings.append(f"{source}: row {k}: bad start_ts/duration "
-                                f"({start_s[k]}, {dur_s[k]}); skipped")
-            continue
         group: tuple[int, ...] = ()
         if op in _DP_COLLECTIVES:
             group = tuple(by_stage[s])
@@ -97,8 +172,7 @@ def parse_bytedance(data: bytes, *, source: str = "<parquet>", job: str | None =
         t0 = round(start_s[k] * 1e9)
         b.add(rank=r, iteration=it, op=op, group=group, seq=seq, start=t0,
               end=t0 + round(dur_s[k] * 1e9), stage=s, mb=int(mb[k]))
-    if bad > 5:
-        warnings.append(f"{source}: {bad} rows with bad times skipped in all")
+    log.close()
     meta: dict[str, object] = {"workers": len(where), "pp": last_stage + 1,
                                "dp": len(by_stage.get(0, []))}
     return ReadResult(b.build(), warnings, [], meta)

@@ -17,12 +17,24 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from fabricscope.model.errors import TraceFormatError
-from fabricscope.straggler.readers.common import ReadResult
+from fabricscope.straggler.readers.common import (
+    MAX_COUNT,
+    MAX_DURATION_NS,
+    MAX_I32,
+    MAX_RANK,
+    MAX_TIME_NS,
+    ReadResult,
+    WarningLog,
+    as_int,
+    as_ranks,
+    show,
+)
 from fabricscope.straggler.table import OpTable, TableBuilder
 
 FORMAT = "fabricscope-optiming"
@@ -30,25 +42,71 @@ VERSION = 1
 _REQUIRED = ("rank", "iteration", "op", "seq", "t_start_ns", "t_end_ns")
 
 
-def _row(b: TableBuilder, obj: dict[str, Any]) -> None:
+def _text(obj: dict[str, Any], key: str, default: str | None = None) -> str:
+    value = obj.get(key, default)
+    if not isinstance(value, str):
+        raise ValueError(f"{key} {show(value)} is not a string")
+    return value
+
+
+def _row(b: TableBuilder, obj: dict[str, Any]) -> int:
+    """Add one operator; ``ValueError`` naming the field when a value is missing or wrong."""
     missing = [k for k in _REQUIRED if k not in obj]
     if missing:
         raise ValueError(f"missing field(s) {', '.join(missing)}")
-    start, end = int(obj["t_start_ns"]), int(obj["t_end_ns"])
+    start = as_int(obj["t_start_ns"], "t_start_ns", -MAX_TIME_NS, MAX_TIME_NS)
+    end = as_int(obj["t_end_ns"], "t_end_ns", -MAX_TIME_NS, MAX_TIME_NS + MAX_DURATION_NS)
     if end < start:
         raise ValueError(f"t_end_ns {end} < t_start_ns {start}")
-    group = tuple(int(g) for g in (obj.get("group") or ()))
+    if end - start > MAX_DURATION_NS:
+        raise ValueError(f"t_end_ns - t_start_ns = {end - start} ns is not a plausible duration")
+    raw_group = obj.get("group")
+    group = () if raw_group is None else as_ranks(raw_group, "group")
+    rank = as_int(obj["rank"], "rank", 0, MAX_RANK)
+    nbytes, stage, mb = obj.get("bytes"), obj.get("stage"), obj.get("mb")
     b.add(
-        rank=int(obj["rank"]), iteration=int(obj["iteration"]), op=str(obj["op"]), group=group,
-        seq=int(obj["seq"]), start=start, end=end, nbytes=int(obj.get("bytes", 0) or 0),
-        stage=int(obj.get("stage", -1)), mb=int(obj.get("mb", -1)),
+        rank=rank, iteration=as_int(obj["iteration"], "iteration", 0, MAX_I32),
+        op=_text(obj, "op"), group=group, seq=as_int(obj["seq"], "seq", 0, MAX_COUNT),
+        start=start, end=end, nbytes=0 if nbytes is None else as_int(nbytes, "bytes", 0, MAX_COUNT),
+        stage=-1 if stage is None else as_int(stage, "stage", -1, MAX_RANK),
+        mb=-1 if mb is None else as_int(mb, "mb", -1, MAX_I32),
     )
+    return rank
+
+
+def _header(obj: dict[str, Any], where: str, b: TableBuilder, meta: dict[str, object],
+            log: WarningLog) -> None:
+    version = obj.get("version", VERSION)
+    if isinstance(version, bool) or not isinstance(version, int):
+        log.add(f"{where}: format version {show(version)} is not an integer; reading as "
+                f"version {VERSION}")
+    elif version > VERSION:
+        log.add(f"{where}: format version {version} is newer than {VERSION}; reading what is "
+                f"known")
+    if "job" in obj:
+        b.job = _text(obj, "job")
+    for k, v in obj.items():
+        if k in ("format", "version", "job"):
+            continue
+        if k == "world_size":
+            # read_paths sizes its missing-rank check from this: only a plausible count.
+            try:
+                v = as_int(v, "world_size", 0, MAX_RANK + 1)
+            except ValueError as exc:
+                log.add(f"{where}: header {exc}; ignored")
+                continue
+        meta[k] = v
 
 
 def parse_compact_lines(lines: Iterable[str | bytes], *, source: str = "<lines>") -> ReadResult:
-    """Parse compact JSON lines; a malformed line becomes a warning naming ``source:line``."""
+    """Parse compact JSON lines; a malformed line becomes a warning naming ``source:line``.
+
+    Never raises on bad content: every line is either an operator or a warning (the first
+    ``MAX_WARNINGS`` verbatim, then a count).
+    """
     b = TableBuilder("job")
     warnings: list[str] = []
+    log = WarningLog(warnings, source)
     meta: dict[str, object] = {}
     for lineno, raw in enumerate(lines, 1):
         line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
@@ -59,18 +117,15 @@ def parse_compact_lines(lines: Iterable[str | bytes], *, source: str = "<lines>"
             if not isinstance(obj, dict):
                 raise ValueError("not a JSON object")
             if obj.get("format") == FORMAT:
-                if int(obj.get("version", VERSION)) > VERSION:
-                    warnings.append(f"{source}:{lineno}: format version {obj['version']} is "
-                                    f"newer than {VERSION}; reading what is known")
-                b.job = str(obj.get("job", b.job))
-                meta.update({k: v for k, v in obj.items() if k not in ("format", "version")})
+                _header(obj, f"{source}:{lineno}", b, meta, log)
                 continue
             if "job" in obj and b.job == "job":
-                b.job = str(obj["job"])
-            _row(b, obj)
-            b.files.setdefault(int(obj["rank"]), source)
-        except (ValueError, TypeError, KeyError) as exc:
-            warnings.append(f"{source}:{lineno}: skipped line ({exc})")
+                b.job = _text(obj, "job")
+            rank = _row(b, obj)
+            b.files.setdefault(rank, source)
+        except (ValueError, TypeError, RecursionError) as exc:
+            log.add(f"{source}:{lineno}: skipped line ({show(str(exc), 100)})")
+    log.close()
     return ReadResult(b.build(), warnings, [], meta)
 
 
@@ -104,24 +159,26 @@ def parse_compact_parquet(data: bytes, *, source: str = "<parquet>") -> ReadResu
 
     try:
         tb = pq.read_table(pa.BufferReader(data))
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise TraceFormatError(f"{source}: not a readable Parquet file ({exc})") from exc
-    cols = set(tb.column_names)
-    missing = [k for k in _REQUIRED if k not in cols]
-    if missing:
-        raise TraceFormatError(f"{source}: Parquet lacks column(s) {', '.join(missing)}")
-    d = tb.to_pydict()
-    b = TableBuilder(str(tb.schema.metadata.get(b"job", b"job").decode()) if tb.schema.metadata
-                     else "job")
+        cols = set(tb.column_names)
+        missing = [k for k in _REQUIRED if k not in cols]
+        if missing:
+            raise TraceFormatError(f"{source}: Parquet lacks column(s) {', '.join(missing)}")
+        d = tb.to_pydict()
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise TraceFormatError(f"{source}: not a readable Parquet file "
+                               f"({show(str(exc), 100)})") from exc
+    job = (tb.schema.metadata or {}).get(b"job", b"job").decode("utf-8", "replace")
+    b = TableBuilder(job)
     warnings: list[str] = []
-    n = tb.num_rows
-    for i in range(n):
+    log = WarningLog(warnings, source)
+    for i in range(tb.num_rows):
         obj = {k: d[k][i] for k in d}
         try:
-            _row(b, obj)
-            b.files.setdefault(int(obj["rank"]), source)
+            rank = _row(b, obj)
+            b.files.setdefault(rank, source)
         except (ValueError, TypeError) as exc:
-            warnings.append(f"{source}: row {i}: skipped ({exc})")
+            log.add(f"{source}: row {i}: skipped ({show(str(exc), 100)})")
+    log.close()
     return ReadResult(b.build(), warnings)
 
 
@@ -152,7 +209,7 @@ def read_compact(path: str | Path) -> ReadResult:
     if p.suffix == ".gz":
         try:
             data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise TraceFormatError(f"{p}: corrupt gzip ({exc})") from exc
     return parse_compact_lines(data.splitlines(), source=str(p))
 

@@ -25,7 +25,19 @@ from pathlib import Path
 from typing import Any
 
 from fabricscope.model.errors import TraceFormatError
-from fabricscope.straggler.readers.common import ReadResult
+from fabricscope.straggler.readers.common import (
+    MAX_COUNT,
+    MAX_DURATION_NS,
+    MAX_I32,
+    MAX_RANK,
+    MAX_TIME_NS,
+    ReadResult,
+    WarningLog,
+    as_float,
+    as_int,
+    as_ranks,
+    show,
+)
 from fabricscope.straggler.table import COMPUTE, TableBuilder
 
 _DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8,
@@ -46,10 +58,13 @@ def _norm_op(name: str) -> str:
     return _NORMALIZE.get(low, low)
 
 
-def _ranks(value: Any) -> tuple[int, ...]:
+def _ranks(value: Any, what: str = "Process Group Ranks") -> tuple[int, ...]:
     if isinstance(value, str):
-        value = json.loads(value) if value.strip() else []
-    return tuple(int(v) for v in value)
+        try:
+            value = json.loads(value) if value.strip() else []
+        except (ValueError, RecursionError):
+            raise ValueError(f"{what} {show(value)} is not a JSON list of ranks") from None
+    return as_ranks(value, what)
 
 
 def _salvage(text: str, source: str, warnings: list[str]) -> dict[str, Any]:
@@ -57,7 +72,10 @@ def _salvage(text: str, source: str, warnings: list[str]) -> dict[str, Any]:
     start = text.find('"traceEvents"')
     if start < 0:
         raise TraceFormatError(f"{source}: not a Chrome trace (no traceEvents)")
-    pos = text.find("[", start) + 1
+    bracket = text.find("[", start)
+    if bracket < 0:
+        raise TraceFormatError(f"{source}: traceEvents at byte {start} is not followed by a list")
+    pos = bracket + 1
     dec = json.JSONDecoder()
     events: list[Any] = []
     while True:
@@ -67,7 +85,7 @@ def _salvage(text: str, source: str, warnings: list[str]) -> dict[str, Any]:
             break
         try:
             obj, pos = dec.raw_decode(text, pos)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # JSONDecodeError, too-long ints, deep nesting
             warnings.append(f"{source}: trace cut or corrupt at byte {pos}; kept the "
                             f"{len(events)} events before it")
             break
@@ -76,23 +94,26 @@ def _salvage(text: str, source: str, warnings: list[str]) -> dict[str, Any]:
     rest = text[:start] + text[pos:]
     # The clock base sits outside traceEvents (before it in our writer, after it in
     # PyTorch's): keep it when it survived, else the rank looks clock-shifted.
-    b = re.search(r'"baseTimeNanoseconds"\s*:\s*(\d+)', rest)
+    b = re.search(r'"baseTimeNanoseconds"\s*:\s*(\d{1,20})', rest)
     if b:
         head["baseTimeNanoseconds"] = int(b.group(1))
     m = re.search(r'"distributedInfo"\s*:\s*(\{.*?\})\s*,\s*"', rest,
                   re.DOTALL)
     if m:
-        with contextlib.suppress(json.JSONDecodeError):
+        with contextlib.suppress(ValueError, RecursionError):
             head["distributedInfo"] = json.loads(m.group(1))
     return head
 
 
 def load_chrome_trace(data: bytes, *, source: str, warnings: list[str]) -> dict[str, Any]:
-    """Decode (gunzip if needed) and parse a Chrome trace, salvaging a truncated one."""
+    """Decode (gunzip if needed) and parse a Chrome trace, salvaging a truncated one.
+
+    Raises only :class:`TraceFormatError` (naming ``source`` and the position) on bad input.
+    """
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
-        except (OSError, EOFError):
+        except (OSError, EOFError, zlib.error):
             # A cut gzip stream: take what inflates.
             d = zlib.decompressobj(16 + zlib.MAX_WBITS)
             try:
@@ -107,6 +128,9 @@ def load_chrome_trace(data: bytes, *, source: str, warnings: list[str]) -> dict[
         warnings.append(f"{source}: JSON error at line {exc.lineno} column {exc.colno} "
                         f"({exc.msg}); salvaging events")
         return _salvage(text, source, warnings)
+    except (ValueError, RecursionError) as exc:  # an int of > 4300 digits; nesting too deep
+        warnings.append(f"{source}: JSON not decodable ({show(str(exc), 60)}); salvaging events")
+        return _salvage(text, source, warnings)
     if isinstance(obj, list):
         return {"traceEvents": obj}
     if not isinstance(obj, dict) or "traceEvents" not in obj:
@@ -114,35 +138,89 @@ def load_chrome_trace(data: bytes, *, source: str, warnings: list[str]) -> dict[
     return obj
 
 
-def _rank_of(obj: dict[str, Any], source: str) -> int:
-    info = obj.get("distributedInfo") or {}
+def _rank_of(info: dict[str, Any], source: str) -> int:
     if "rank" in info:
-        return int(info["rank"])
+        return as_int(info["rank"], "distributedInfo.rank", 0, MAX_RANK)
     m = _RANK_IN_NAME.search(Path(source).name)
     if m:
-        return int(m.group(1))
+        return as_int(int(m.group(1)), "rank in the file name", 0, MAX_RANK)
     raise TraceFormatError(f"{source}: cannot tell the rank (no distributedInfo.rank and no "
                            f"'rank<N>' in the file name)")
+
+
+class _Head:
+    """What a Kineto trace says about its rank and clock, validated."""
+
+    def __init__(self, obj: dict[str, Any], source: str, warns: WarningLog) -> None:
+        info = obj.get("distributedInfo")
+        if info is None:
+            info = {}
+        if not isinstance(info, dict):
+            raise ValueError(f"distributedInfo {show(info)} is not an object")
+        self.rank = _rank_of(info, source)
+        self.world = as_int(info.get("world_size") or 0, "distributedInfo.world_size", 0,
+                            MAX_RANK + 1)
+        stage = info.get("pp_rank", info.get("stage", -1))
+        self.stage = as_int(-1 if stage is None else stage, "distributedInfo.pp_rank", -1,
+                            MAX_RANK)
+        backend = info.get("backend", "")
+        self.backend = backend if isinstance(backend, str) else ""
+        self.pgs: dict[str, tuple[int, ...]] = {}
+        cfg = info.get("pg_config") or []
+        if not isinstance(cfg, list):
+            warns.add(f"{source}: distributedInfo.pg_config {show(cfg)} is not a list; ignored")
+            cfg = []
+        for pg in cfg:
+            try:
+                name = pg["pg_name"]
+                if not isinstance(name, str | int) or isinstance(name, bool):
+                    raise ValueError(f"pg_name {show(name)} is not a name")
+                self.pgs[str(name)] = _ranks(pg["ranks"], "pg_config ranks")
+            except (KeyError, TypeError, ValueError):
+                warns.add(f"{source}: distributedInfo.pg_config entry unreadable: {show(pg)}")
+        self.default_group = self.pgs.get("0") or tuple(range(self.world))
+        self.base = as_int(obj.get("baseTimeNanoseconds") or 0, "baseTimeNanoseconds", 0,
+                           MAX_TIME_NS)
+        events = obj.get("traceEvents")
+        if not isinstance(events, list):
+            raise ValueError(f"traceEvents {show(events)} is not a list")
+        self.events: list[Any] = events
+
+
+def _span(ev: dict[str, Any], base: int) -> tuple[int, int]:
+    """Start and end (ns) of an ``X`` event; ``ValueError`` when its times are not times."""
+    if "ts" not in ev:
+        raise ValueError("no ts")
+    ts = as_float(ev["ts"], "ts", MAX_TIME_NS / 1000)
+    dur = as_float(ev.get("dur", 0), "dur", MAX_DURATION_NS / 1000)
+    if dur < 0:
+        raise ValueError(f"dur {show(ev.get('dur'))} is negative")
+    t0 = base + round(ts * 1000)
+    if abs(t0) > MAX_TIME_NS:
+        raise ValueError(f"ts {show(ev['ts'])} plus baseTimeNanoseconds is out of range")
+    return t0, t0 + round(dur * 1000)
 
 
 def parse_kineto(
     obj: dict[str, Any], *, source: str = "<trace>", warnings: list[str] | None = None
 ) -> ReadResult:
-    """Parse one rank's Kineto trace object into operator timings."""
+    """Parse one rank's Kineto trace object into operator timings.
+
+    A wrong-typed or out-of-range header field, or an event whose time is not a finite
+    number, is one :class:`TraceFormatError` for the whole file: dropping one event from the
+    middle would shift the k-th-instance matching of this rank's collectives against its
+    peers'. Other unreadable events are skipped, each named by index in the warnings.
+    """
     warns = [] if warnings is None else warnings
-    rank = _rank_of(obj, source)
-    info = obj.get("distributedInfo") or {}
-    world = int(info.get("world_size", 0) or 0)
-    stage = int(info.get("pp_rank", info.get("stage", -1)))
-    pgs: dict[str, tuple[int, ...]] = {}
-    for pg in info.get("pg_config") or []:
-        try:
-            pgs[str(pg["pg_name"])] = _ranks(pg["ranks"])
-        except (KeyError, TypeError, ValueError):
-            warns.append(f"{source}: distributedInfo.pg_config entry unreadable: {pg!r}")
-    default_group = pgs.get("0") or tuple(range(world))
-    base = int(obj.get("baseTimeNanoseconds", 0) or 0)
-    events = obj.get("traceEvents") or []
+    log = WarningLog(warns, source)
+    if not isinstance(obj, dict):
+        raise TraceFormatError(f"{source}: not a Chrome trace (top level is {type(obj).__name__})")
+    try:
+        head = _Head(obj, source, log)
+    except ValueError as exc:
+        raise TraceFormatError(f"{source}: {exc}") from None
+    rank, world, stage, pgs = head.rank, head.world, head.stage, head.pgs
+    default_group, base, events = head.default_group, head.base, head.events
 
     steps: list[tuple[int, int, int]] = []
     kernels: list[tuple[int, int, dict[str, Any], str]] = []
@@ -152,18 +230,24 @@ def parse_kineto(
     busy: list[tuple[int, int]] = []
     groups_ann: list[tuple[int, int, tuple[int, ...]]] = []
     for idx, ev in enumerate(events):
+        if not isinstance(ev, dict) or ev.get("ph") != "X":
+            continue
         try:
-            if not isinstance(ev, dict) or ev.get("ph") != "X":
-                continue
-            name = str(ev.get("name", ""))
-            cat = str(ev.get("cat", ""))
-            t0 = base + round(float(ev["ts"]) * 1000)
-            t1 = t0 + round(float(ev.get("dur", 0)) * 1000)
+            t0, t1 = _span(ev, base)
+        except ValueError as exc:
+            raise TraceFormatError(f"{source}: event {idx}: {exc}; a rank with a corrupt "
+                                   f"time is not used") from None
+        try:
+            name, cat = ev.get("name", ""), ev.get("cat", "")
+            if not isinstance(name, str) or not isinstance(cat, str):
+                raise TypeError(f"name/cat {show(name)}/{show(cat)} not strings")
             args = ev.get("args") or {}
+            if not isinstance(args, dict):
+                raise TypeError(f"args {show(args)} is not an object")
             low = name.lower()
             m = _STEP.match(name)
             if m and cat in ("user_annotation", "cpu_op", ""):
-                steps.append((t0, t1, int(m.group(1))))
+                steps.append((t0, t1, as_int(int(m.group(1)), "step", 0, MAX_I32)))
             elif cat == "kernel" and "Collective name" in args:
                 kernels.append((t0, t1, args, name))
             elif cat == "kernel" and low.startswith(("nccl", "nccldev")):
@@ -174,13 +258,13 @@ def parse_kineto(
             elif name == "record_param_comms":
                 params.append((t0, t1, args))
             elif low.startswith("pg:"):
-                groups_ann.append((t0, t1, _ranks("[" + name[3:] + "]")))
+                groups_ann.append((t0, t1, _ranks("[" + name[3:] + "]", "pg: annotation")))
             elif cat == "user_annotation" and not low.startswith(_COMM_PREFIXES):
                 annotations.append((t0, t1, name))
             elif cat == "kernel":
                 busy.append((t0, t1))
         except (KeyError, TypeError, ValueError) as exc:
-            warns.append(f"{source}: event {idx}: skipped ({exc!r})")
+            log.add(f"{source}: event {idx}: skipped ({show(str(exc), 80)})")
     steps.sort()
 
     def iteration_of(t: int) -> int:
@@ -208,26 +292,34 @@ def parse_kineto(
 
     def comm_fields(args: dict[str, Any]) -> tuple[tuple[int, ...], int]:
         group = default_group
+        pg_name = args.get("Process Group Name", "")
         if "Process Group Ranks" in args:
             group = _ranks(args["Process Group Ranks"])
-        elif str(args.get("Process Group Name", "")) in pgs:
-            group = pgs[str(args["Process Group Name"])]
+        elif isinstance(pg_name, str | int) and str(pg_name) in pgs:
+            group = pgs[str(pg_name)]
         for peer_key, sender in (("Dst Rank", True), ("Src Rank", False), ("Peer rank", None)):
-            if peer_key in args and int(args[peer_key]) >= 0:
-                peer = int(args[peer_key])
-                group = (rank, peer) if sender in (True, None) else (peer, rank)
-        nel = max(int(args.get("In msg nelems", 0) or 0), int(args.get("Out msg nelems", 0) or 0))
-        width = _DTYPE_BYTES.get(str(args.get("dtype", "float")).lower(), 4)
+            if peer_key in args:
+                peer = as_int(args[peer_key], peer_key, -1, MAX_RANK)
+                if peer >= 0:
+                    group = (rank, peer) if sender in (True, None) else (peer, rank)
+        nel = max(as_int(args.get("In msg nelems") or 0, "In msg nelems", 0, MAX_COUNT >> 4),
+                  as_int(args.get("Out msg nelems") or 0, "Out msg nelems", 0, MAX_COUNT >> 4))
+        dtype = args.get("dtype", "float")
+        width = _DTYPE_BYTES.get(dtype.lower(), 4) if isinstance(dtype, str) else 4
         return group, nel * width
 
     if kernels:
         for t0, t1, args, kname in kernels:
             try:
                 group, nbytes = comm_fields(args)
-            except (TypeError, ValueError, json.JSONDecodeError) as exc:
-                warns.append(f"{source}: kernel {kname[:40]!r} at ts {t0}: bad args ({exc})")
+                op = args["Collective name"]
+                if not isinstance(op, str):
+                    raise TypeError(f"Collective name {show(op)} is not a string")
+            except (TypeError, ValueError) as exc:
+                log.add(f"{source}: kernel {kname[:40]!r} at ts {t0}: bad args "
+                        f"({show(str(exc), 80)})")
                 continue
-            add_comm(t0, t1, _norm_op(str(args["Collective name"])), group, nbytes)
+            add_comm(t0, t1, _norm_op(op), group, nbytes)
     elif gloo:
         params.sort(key=lambda p: p[0])
         for t0, t1, op in gloo:
@@ -239,7 +331,7 @@ def parse_kineto(
             # The record_param_comms that encloses (or immediately precedes) this gloo op.
             for p0, p1, pargs in params:
                 if p0 <= t0 <= max(p1, t0):
-                    with contextlib.suppress(TypeError, ValueError, json.JSONDecodeError):
+                    with contextlib.suppress(TypeError, ValueError):
                         group, nbytes = comm_fields(pargs)
                 if p0 > t0:
                     break
@@ -263,15 +355,19 @@ def parse_kineto(
         for it, spans in per.items():
             total = sum(t1 - t0 for t0, t1 in spans)
             first = min(t0 for t0, _ in spans)
+            if total > MAX_DURATION_NS:
+                raise TraceFormatError(f"{source}: iteration {it}: kernels busy for {total} ns "
+                                       f"in all, not a plausible duration")
             b.add(rank=rank, iteration=it, op="gpu-compute", group=(), seq=0, start=first,
                   end=first + total, stage=stage, kind=COMPUTE)
+    log.close()
     if outside:
         warns.append(f"{source}: {outside} communication event(s) outside any ProfilerStep "
                      f"window; not used")
     if not kernels and not gloo:
         warns.append(f"{source}: no NCCL collective kernels or gloo events found")
     meta: dict[str, object] = {"rank": rank, "world_size": world,
-                               "backend": str(info.get("backend", ""))}
+                               "backend": head.backend}
     return ReadResult(b.build(), warns, [], meta)
 
 
