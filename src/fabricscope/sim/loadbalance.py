@@ -146,6 +146,7 @@ class PathFinder:
             self.in_edges[v, : len(es)] = es
         self.n_att = max(len(att_ids), 1)
         self._spray_cache: dict[tuple[int, int], tuple[IntArray, FloatArray, IntArray, FloatArray]] = {}
+        self._dlb_cache: dict[tuple[int, int], list[tuple[int, int]]] = {}
 
     # ------------------------------------------------------------------ keys
     def keys(self, src: IntArray, dst: IntArray, sport: IntArray) -> npt.NDArray[np.uint8]:
@@ -431,10 +432,14 @@ class PathFinder:
         # with the nominal one a flow on a 25 % link added a quarter of what its removal
         # subtracted, the metric went negative and DLB piled flows onto the degraded link.
         cap = (ix.capacity_bps if capacity_bps is None else capacity_bps) / 1e11
-        inc = 1.0 / np.maximum(cap, 1e-300)
+        inc = (1.0 / np.maximum(cap, 1e-300)).tolist()
+        # Python floats: the walk touches a handful of links per hop, where numpy scalars cost
+        # more than the arithmetic.
+        lo = load.tolist()
         keys = self.keys(src, dst, sport)
         rows: list[tuple[IntArray, FloatArray] | None] = []
-        next_hops = self.routing.next_hops
+        hops = self._dlb_hops
+        inf = float("inf")
         for i in range(src.shape[0]):
             s, t = int(src[i]), int(dst[i])
             memo: dict[int, float] = {t: 0.0}
@@ -444,10 +449,15 @@ class PathFinder:
                 hit = memo.get(v)
                 if hit is not None:
                     return hit
-                memo[v] = np.inf  # a cycle (never on shortest paths) counts as no path
-                best = np.inf
-                for x in next_hops(v, t):
-                    best = min(best, max(float(load[x] + inc[x]), ahead(int(ix.dst[x]))))
+                memo[v] = inf  # a cycle (never on shortest paths) counts as no path
+                best = inf
+                for x, k in hops(v, t):
+                    m = lo[x] + inc[x]
+                    a = ahead(k)
+                    if a > m:
+                        m = a
+                    if m < best:
+                        best = m
                 memo[v] = best
                 return best
 
@@ -456,29 +466,39 @@ class PathFinder:
             for _ in range(_MAX_HOPS):
                 if node == t:
                     break
-                nh = next_hops(node, t)
+                nh = hops(node, t)
                 if not nh:
                     ok = False
                     break
                 if len(nh) == 1:
-                    e = nh[0]
+                    e, node = nh[0]
                 else:
-                    lv = np.array([max(float(load[x] + inc[x]), ahead(int(ix.dst[x]))) for x in nh])
-                    best = np.flatnonzero(lv <= lv.min() * (1 + 1e-9) + 1e-12)
-                    if best.shape[0] > 1:
+                    lv = [max(lo[x] + inc[x], ahead(k)) for x, k in nh]
+                    floor = min(lv) * (1 + 1e-9) + 1e-12
+                    best = [j for j, m in enumerate(lv) if m <= floor]
+                    j = best[0]
+                    if len(best) > 1:
                         h = zlib.crc32(bytes(keys[i]), int(self.seed[node]))
-                        e = nh[int(best[(h ^ (h >> 16)) % best.shape[0]])]
-                    else:
-                        e = nh[int(best[0])]
+                        j = best[(h ^ (h >> 16)) % len(best)]
+                    e, node = nh[j]
                 path.append(e)
-                node = int(ix.dst[e])
             if not ok or node != t:
                 rows.append(None)
                 continue
-            pe = np.array(path, dtype=np.int64)
-            load[pe] += inc[pe]
-            rows.append((pe, np.ones(pe.shape[0])))
+            for e in path:
+                lo[e] += inc[e]
+            rows.append((np.array(path, dtype=np.int64), np.ones(len(path))))
+        load[:] = lo
         return _from_rows(rows)
+
+    def _dlb_hops(self, v: int, t: int) -> list[tuple[int, int]]:
+        """(edge, node it leads to) of ``v``'s next hops towards NIC ``t`` (cached)."""
+        key = (v, t)
+        hit = self._dlb_cache.get(key)
+        if hit is None:
+            hit = [(int(e), int(self.ix.dst[e])) for e in self.routing.next_hops(v, t)]
+            self._dlb_cache[key] = hit
+        return hit
 
 
 def _stack(hops: list[IntArray], failed: npt.NDArray[np.bool_], n: int) -> PathTable:
