@@ -52,3 +52,52 @@ def test_bad_value_is_one_line_not_a_traceback() -> None:
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     assert "unknown part 'no-such-part'" in r.stderr
+
+
+def _all_commands() -> list[tuple[str, object]]:
+    from fabricscope.cli import get_command
+
+    out: list[tuple[str, object]] = []
+
+    def walk(cmd: object, prefix: list[str]) -> None:
+        for name, c in (getattr(cmd, "commands", None) or {}).items():
+            out.append((" ".join([*prefix, name]), c))
+            walk(c, [*prefix, name])
+
+    walk(get_command(), [])
+    return out
+
+
+@pytest.mark.parametrize(("name", "cmd"), _all_commands(), ids=lambda x: x if isinstance(x, str) else "")
+def test_every_option_and_argument_has_help(name: str, cmd: object) -> None:
+    missing = [
+        (p.opts[0] if getattr(p, "opts", None) else p.name)
+        for p in getattr(cmd, "params", [])
+        if not (getattr(p, "help", None) or "").strip()
+    ]
+    assert not missing, f"`fabricscope {name}`: no help text for {missing}"
+
+
+@pytest.mark.parametrize("path", _command_paths(), ids=lambda p: " ".join(p))
+def test_help_is_plain_and_pasteable(path: list[str]) -> None:
+    r = _run(*path, "--help")
+    out = r.stdout
+    assert "[[" not in out, out  # usage of an optional argument whose metavar had brackets
+    assert "\\[" not in out, out  # rich-markup escapes shown literally
+    assert "<bool>" not in out, out
+    assert "list[" not in out, out
+
+
+def test_version_and_short_help() -> None:
+    from fabricscope import __version__
+
+    r = _run("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"fabricscope {__version__}"
+    r = _run("sim", "-h")
+    assert r.returncode == 0 and "Usage" in r.stdout
+
+
+def test_usage_error_is_exit_2_without_traceback() -> None:
+    r = _run("sim", "--no-such-flag")
+    assert r.returncode == 2
+    assert "No such option" in r.stderr and "Traceback" not in r.stderr

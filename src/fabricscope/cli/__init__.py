@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -120,11 +121,38 @@ def _protect_examples(text: str | None) -> str | None:
     return "\n\n".join(out)
 
 
+def _unescape(text: str | None) -> str | None:
+    # Help texts written for rich markup escape "[" as "\\["; plain help shows it as is.
+    return text.replace("\\[", "[") if text else text
+
+
+def _element_type(label: object) -> object:
+    if isinstance(label, str):
+        m = re.fullmatch(r"(<?)list\[(.*)\](>?)", label)
+        if m:
+            return f"{m.group(1)}{m.group(2).lower()}{m.group(3)}"
+    return label
+
+
 def _prepare(cmd: Any) -> None:
-    # Duck-typed: typer vendors its own click, so isinstance against `click` would miss.
-    cmd.help = _protect_examples(cmd.help)
+    """Help as a user pastes it: examples unwrapped, NAME metavars, element types for lists.
+
+    Duck-typed: typer vendors its own click, so isinstance against ``click`` would miss.
+    """
+    cmd.help = _protect_examples(_unescape(cmd.help))
     if getattr(cmd, "epilog", None):
-        cmd.epilog = _protect_examples(cmd.epilog)
+        cmd.epilog = _protect_examples(_unescape(cmd.epilog))
+    for param in getattr(cmd, "params", None) or []:
+        param.help = _unescape(getattr(param, "help", None))
+        if param.param_type_name == "argument":
+            if param.metavar is None:
+                param.metavar = (param.name or "ARG").upper()
+            elif param.metavar.startswith("[") and param.metavar.endswith("]"):
+                param.metavar = param.metavar[1:-1]  # click adds the brackets of an optional
+        if getattr(param, "multiple", False) or getattr(param, "nargs", 1) != 1:
+            # "<list[str]>" reads as Python; a repeatable value is shown as its element type.
+            orig = param.display_type
+            param.display_type = lambda ctx, _orig=orig: _element_type(_orig(ctx))
     for sub in (getattr(cmd, "commands", None) or {}).values():
         _prepare(sub)
 
