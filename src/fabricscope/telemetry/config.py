@@ -32,6 +32,10 @@
     buffer: {max-events: 1000000, batch: 20000, flush-interval: 200ms}
     backoff: {initial: 200ms, max: 30s}
     workers: 2                           # collector processes (targets sharded; one DuckDB writer)
+    stale-after: 3                       # no update for 3 x sample-interval: stale, logged, reconnected (0: off)
+    keepalive: 30s                       # gRPC keepalive ping interval (0s: off)
+    stats-interval: 10s                  # self-metrics log line (0s: off)
+    shutdown: {deadline: 5s, spill-file: collector.spill.jsonl}   # default: <config>.spill.jsonl
     inventory: fabric.yaml               # lets 'aggregate' group by rail / plane / pod / tier
 
 Every error names the file, the field and the value (``collector.yaml: subscriptions.counters.mode:
@@ -182,6 +186,14 @@ class CollectorConfig:
     workers: int = 1
     inventory: str | None = None
     source: str = "<config>"
+    # collector health and shutdown (issue 8): a stream with no update for stale_after x its
+    # sample interval is stale; keepalive pings a silent connection; stats_interval paces the
+    # self-metrics log line; by shutdown_deadline whatever the sinks have not taken is spilled.
+    stale_after: float = 3.0
+    keepalive_ns: int = 30_000_000_000
+    stats_interval_ns: int = 10_000_000_000
+    shutdown_deadline_ns: int = 5_000_000_000
+    spill_file: str | None = None
 
     def subscriptions_of(self, t: TargetConfig) -> tuple[SubscriptionConfig, ...]:
         names = t.subscriptions or tuple(self.subscriptions)
@@ -296,11 +308,12 @@ def _strs(c: _Ctx, where: str, v: object) -> tuple[str, ...]:
     return tuple(v)
 
 
-def _address(c: _Ctx, where: str, v: object) -> str:
+def _address(c: _Ctx, where: str, v: object, *, listen: bool = False) -> str:
     s = v if isinstance(v, str) else ""
     host, _, port = s.rpartition(":")
-    if not host or any(ch.isspace() for ch in host) or not port.isdigit() or not 0 < int(port) < 65536:
-        raise c.err(where, f"expected host:port with a port 1-65535, got {show(v)}")
+    lo = 0 if listen else 1  # listening on port 0 takes any free port
+    if not host or any(ch.isspace() for ch in host) or not port.isdigit() or not lo <= int(port) < 65536:
+        raise c.err(where, f"expected host:port with a port {lo}-65535, got {show(v)}")
     return s
 
 
@@ -476,7 +489,7 @@ def _sinks(c: _Ctx, raw_sinks: object, procs: Sequence[ProcessorSpec]) -> list[S
 
 def _prometheus_options(c: _Ctx, w: str, d: dict[str, Any], procs: Sequence[ProcessorSpec]) -> None:
     if "listen" in d:
-        _address(c, f"{w}.listen", d["listen"])
+        _address(c, f"{w}.listen", d["listen"], listen=True)
     if "prefix" in d and not (isinstance(d["prefix"], str) and _IDENT.match(d["prefix"])):
         raise c.err(f"{w}.prefix", f"expected a Prometheus metric name prefix ([a-zA-Z_][a-zA-Z0-9_]*), "
                                    f"got {show(d['prefix'])}")
@@ -506,7 +519,7 @@ def parse_config(data: object, *, source: str = "<config>", labels: Mapping[str,
     c = _Ctx(source, labels or {})
     top = _mapping(c, "<top>", data)
     _check_keys(c, "<top>", top, ("targets", "subscriptions", "processors", "detectors", "sinks", "buffer", "backoff",
-                                  "workers", "inventory"))
+                                  "workers", "inventory", "stale-after", "keepalive", "stats-interval", "shutdown"))
     inventory = _file(c, "inventory", top["inventory"]) if top.get("inventory") is not None else None
     subs: dict[str, SubscriptionConfig] = {}
     for name, raw in _mapping(c, "subscriptions", top.get("subscriptions")).items():
@@ -527,6 +540,11 @@ def parse_config(data: object, *, source: str = "<config>", labels: Mapping[str,
     batch = _int(c, "buffer.batch", buf.get("batch", 20_000), 1, 10_000_000)
     workers = _int(c, "workers", top.get("workers", 1), 1, 256)
     initial = _dur(c, "backoff.initial", bo.get("initial", "200ms"), _MS, _H)
+    shut = _mapping(c, "shutdown", top.get("shutdown"))
+    _check_keys(c, "shutdown", shut, ("deadline", "spill-file"))
+    stale_after = top.get("stale-after", 3)
+    if isinstance(stale_after, bool) or not isinstance(stale_after, int | float) or not 0 <= stale_after <= 1000:
+        raise c.err("stale-after", f"expected a number of sample intervals 0-1000 (0: off), got {show(stale_after)}")
     return CollectorConfig(
         targets=tuple(targets), subscriptions=subs, processors=tuple(procs), detectors=dets,
         sinks=tuple(sinks), buffer_max_events=max_events, batch_max=batch,
@@ -536,6 +554,11 @@ def parse_config(data: object, *, source: str = "<config>", labels: Mapping[str,
         workers=workers,
         inventory=inventory,
         source=source,
+        stale_after=float(stale_after),
+        keepalive_ns=_dur(c, "keepalive", top.get("keepalive", "30s"), _S, _H, zero_ok=True),
+        stats_interval_ns=_dur(c, "stats-interval", top.get("stats-interval", "10s"), 100 * _MS, _H, zero_ok=True),
+        shutdown_deadline_ns=_dur(c, "shutdown.deadline", shut.get("deadline", "5s"), 0, _H),
+        spill_file=_out_path(c, "shutdown.spill-file", shut["spill-file"]) if shut.get("spill-file") else None,
     )
 
 

@@ -2,23 +2,23 @@
 
 Every sink has ``write(events, findings)`` and ``close()``; a write that fails raises
 :class:`TransportError` and the collector keeps the batch and retries (store outages lose
-nothing). The Prometheus text is built by a pure function (:func:`exposition`) and served by
-a tiny HTTP server bound to 127.0.0.1 unless told otherwise.
+nothing). The Prometheus exposition and its bounded HTTP server live in
+:mod:`fabricscope.telemetry.prometheus` (bound to 127.0.0.1 unless told otherwise).
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sys
-import threading
-from collections.abc import Callable, Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 from fabricscope.model.errors import ConfigError, TransportError
 from fabricscope.model.records import Finding, TelemetryEvent
+from fabricscope.telemetry.prometheus import MetricSample, MetricsServer, MetricsState, metric_name
+
+__all__ = ["DuckDBSink", "JsonLinesSink", "MemorySink", "PrometheusSink", "Sink", "build_sink", "metric_name"]
 
 
 class Sink(Protocol):
@@ -62,6 +62,9 @@ class JsonLinesSink:
     """One JSON object per line: ``{"ts_ns", "target", "name", "tags", "value"}`` or a finding."""
 
     def __init__(self, path: str = "-") -> None:
+        if not isinstance(path, str):
+            # open(2) would write into file descriptor 2
+            raise ConfigError(f"jsonl sink: path: expected a file path (a string), got {type(path).__name__}")
         self._own = path != "-"
         try:
             self._fh: IO[str] = open(path, "a", encoding="utf-8") if self._own else sys.stdout  # noqa: SIM115
@@ -85,78 +88,38 @@ class JsonLinesSink:
             self._fh.close()
 
 
-_NAME_RX = re.compile(r"[^a-zA-Z0-9_]")
-
-
-def metric_name(path: str, prefix: str = "gnmi") -> str:
-    """``/interfaces/interface/state/counters/in-octets`` -> ``gnmi_interfaces_interface_state_counters_in_octets``."""
-    return prefix + "_" + _NAME_RX.sub("_", path.strip("/"))
-
-
-def _esc(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def exposition(series: Mapping[tuple[str, str, tuple[tuple[str, str], ...]], tuple[float, int]],
-               *, prefix: str = "gnmi") -> bytes:
-    """Prometheus text format 0.0.4 of the latest value per series (pure)."""
-    by_metric: dict[str, list[str]] = {}
-    for (name, target, tags), (value, ts_ns) in series.items():
-        m = metric_name(name, prefix)
-        labels = ",".join(f'{_NAME_RX.sub("_", k)}="{_esc(v)}"' for k, v in (("target", target), *tags))
-        by_metric.setdefault(m, []).append(f"{m}{{{labels}}} {value!r} {ts_ns // 1_000_000}")
-    out: list[str] = []
-    for m in sorted(by_metric):
-        out.append(f"# TYPE {m} gauge")
-        out += sorted(by_metric[m])
-    return ("\n".join(out) + "\n").encode()
-
-
 class PrometheusSink:
-    """Latest numeric value per series on ``http://<listen>/metrics`` (127.0.0.1 by default)."""
+    """Latest value per series, finding counts and active findings on ``http://<listen>/metrics``.
 
-    def __init__(self, listen: str = "127.0.0.1:9273", prefix: str = "gnmi") -> None:
+    Binds 127.0.0.1 unless ``listen`` names another address. Counters are exported with
+    TYPE ``counter`` (see :mod:`fabricscope.telemetry.prometheus` for the rule and bounds);
+    ``self_metrics`` (or :meth:`set_self_metrics`) adds the collector's own health samples.
+    """
+
+    def __init__(self, listen: str = "127.0.0.1:9273", prefix: str = "gnmi", *,
+                 counters: Sequence[str] = ("*/counters/*",), gauges: Sequence[str] = (),
+                 max_series: int = 200_000, max_active_findings: int = 1_000, finding_ttl: float = 300.0,
+                 self_metrics: Callable[[], Iterable[MetricSample]] | None = None,
+                 max_connections: int = 256, read_timeout_s: float = 10.0) -> None:
         host, _, port = listen.rpartition(":")
         self.prefix = prefix
-        self._series: dict[tuple[str, str, tuple[tuple[str, str], ...]], tuple[float, int]] = {}
-        self._lock = threading.Lock()
-        sink = self
+        self.state = MetricsState(prefix=prefix, counters=counters, gauges=gauges, max_series=max_series,
+                                  max_active_findings=max_active_findings, finding_ttl_s=finding_ttl,
+                                  self_metrics=self_metrics)
+        self.server = MetricsServer(host.strip("[]") or "127.0.0.1", int(port), self.state.render,
+                                    max_connections=max_connections, read_timeout_s=read_timeout_s)
+        self.port = self.server.start()
+        self.host = self.server.host
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path.split("?")[0] not in ("/metrics", "/"):
-                    self.send_error(404)
-                    return
-                with sink._lock:
-                    body = exposition(sink._series, prefix=sink.prefix)
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        try:
-            self._httpd = ThreadingHTTPServer((host or "127.0.0.1", int(port)), Handler)
-        except OSError as exc:
-            raise TransportError(f"prometheus sink: cannot listen on {listen}: {exc.strerror}") from exc
-        self.port = self._httpd.server_address[1]
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True, name="prometheus-sink")
-        self._thread.start()
+    def set_self_metrics(self, fn: Callable[[], Iterable[MetricSample]] | None) -> None:
+        """Export ``fn()``'s samples as ``fabricscope_collector_*`` on every scrape."""
+        self.state.self_metrics = fn
 
     def write(self, events: Sequence[TelemetryEvent], findings: Sequence[Finding]) -> None:
-        with self._lock:
-            for e in events:
-                v = e.value
-                if isinstance(v, bool) or not isinstance(v, int | float):
-                    continue
-                self._series[(e.name, e.target, tuple(sorted(e.tags.items())))] = (float(v), e.ts_ns)
+        self.state.update(events, findings)
 
     def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self.server.close()
 
 
 SINKS: dict[str, Callable[..., Sink]] = {
@@ -167,11 +130,18 @@ SINKS: dict[str, Callable[..., Sink]] = {
 }
 
 
-def build_sink(stype: str, options: Mapping[str, Any]) -> Sink:
+def build_sink(stype: str, options: Mapping[str, Any], *,
+               self_metrics: Callable[[], Iterable[MetricSample]] | None = None) -> Sink:
+    """The sink of a validated :class:`~fabricscope.telemetry.config.SinkConfig`.
+
+    ``self_metrics`` goes to the Prometheus sink (other sinks ignore it).
+    """
     cls = SINKS.get(stype)
     if cls is None:
         raise ConfigError(f"sinks: unknown sink {stype!r}; choose from {sorted(SINKS)}")
-    opts = {k.replace("-", "_"): v for k, v in options.items() if k != "table"}
+    opts = {k.replace("-", "_"): v for k, v in options.items()}
+    if stype == "prometheus" and self_metrics is not None:
+        opts["self_metrics"] = self_metrics
     return cls(**opts)
 
 
