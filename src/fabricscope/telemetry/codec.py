@@ -21,6 +21,7 @@ from typing import Literal
 from gnmi_pb import gnmi_pb2
 from google.protobuf.message import DecodeError
 
+from fabricscope.model.errors import TransportError
 from fabricscope.model.records import TelemetryEvent
 from fabricscope.telemetry.paths import Elem, GPath, PathSyntaxError, schema_name, tags_of
 
@@ -29,6 +30,7 @@ ValueEncoding = Literal["typed", "json_ietf"]
 
 __all__ = [
     "Flattener",
+    "TelemetryDecodeError",
     "ValueEncoding",
     "decode_value",
     "encode_notification",
@@ -40,6 +42,19 @@ __all__ = [
 
 
 _BAD_NAME = re.compile(r"[/\[\]=]")
+
+
+class TelemetryDecodeError(TransportError, ValueError):
+    """A SubscribeResponse that cannot be decoded (truncated, mutated, invalid path or UTF-8),
+    or one that carries a target-side ``error``: the one error :meth:`WireFlattener.flatten`
+    raises for bad bytes. The collector counts and skips the message; the stream goes on."""
+
+
+# Everything a hostile or truncated message can make the decoders raise: protobuf's own
+# DecodeError, the fast path's struct/index errors on a value cut short, invalid UTF-8 in a
+# name, nesting past protobuf's recursion limit, and invalid path elements.
+_DECODE_FAILURES = (DecodeError, ValueError, IndexError, struct.error, UnicodeDecodeError, RecursionError,
+                    OverflowError, KeyError, TypeError, PathSyntaxError)
 
 
 def to_proto_path(path: GPath, *, target: str = "") -> gnmi_pb2.Path:
@@ -344,17 +359,24 @@ class WireFlattener:
         self._prefixes: dict[bytes, GPath] = {}
 
     def flatten(self, resp: bytes, *, default_target: str = "") -> tuple[list[TelemetryEvent], bool]:
-        """(events, sync_response) of one serialized SubscribeResponse; ValueError if malformed."""
+        """(events, sync_response) of one serialized SubscribeResponse.
+
+        Raises :class:`TelemetryDecodeError` (and nothing else) for malformed bytes or a
+        target-side error message.
+        """
         try:
             return self._flatten(resp, default_target)
-        except DecodeError as exc:
-            raise ValueError(f"malformed SubscribeResponse ({len(resp)} bytes): {exc}") from exc
+        except TelemetryDecodeError:
+            raise
+        except _DECODE_FAILURES as exc:
+            raise TelemetryDecodeError(f"malformed SubscribeResponse ({len(resp)} bytes): "
+                                       f"{type(exc).__name__}: {exc}") from None
 
     def _flatten(self, resp: bytes, default_target: str) -> tuple[list[TelemetryEvent], bool]:
         if not resp or resp[0] != 0x0A:  # not an update notification
             msg = gnmi_pb2.SubscribeResponse.FromString(resp)
             if msg.HasField("error"):
-                raise ValueError(f"target error: {msg.error.message}")
+                raise TelemetryDecodeError(f"target error: {msg.error.message}")
             if msg.HasField("update"):
                 return self._slow.flatten(msg.update, default_target=default_target), False
             return [], msg.sync_response
@@ -429,7 +451,8 @@ class WireFlattener:
                 else:
                     append(ev(nt[0], ts, target, nt[1], _typed(resp[k : k + resp[i + 1]])))
                 i = nxt
-        except IndexError:
+        except (IndexError, struct.error):
+            # a field or value cut short: protobuf decides (and names the problem)
             return self._general(resp, default_target)
         self._n += len(out)
         if self._n > self.max_cache:
