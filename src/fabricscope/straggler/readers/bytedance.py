@@ -113,7 +113,7 @@ def parse_bytedance(data: bytes, *, source: str = "<parquet>", job: str | None =
     import pyarrow.parquet as pq
 
     try:
-        tb = pq.read_table(pa.BufferReader(data))
+        tb = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise TraceFormatError(f"{source}: not a readable Parquet file "
                                f"({show(str(exc), 100)})") from exc

@@ -158,7 +158,7 @@ def parse_compact_parquet(data: bytes, *, source: str = "<parquet>") -> ReadResu
     import pyarrow.parquet as pq
 
     try:
-        tb = pq.read_table(pa.BufferReader(data))
+        tb = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
         cols = set(tb.column_names)
         missing = [k for k in _REQUIRED if k not in cols]
         if missing:
@@ -200,18 +200,22 @@ def compact_parquet_bytes(table: OpTable) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
-def read_compact(path: str | Path) -> ReadResult:
-    """Read a compact trace file (``.jsonl``, ``.jsonl.gz`` or ``.parquet``)."""
-    p = Path(path)
-    data = p.read_bytes()
-    if p.suffix == ".parquet":
-        return parse_compact_parquet(data, source=str(p))
-    if p.suffix == ".gz":
+def parse_compact_bytes(data: bytes, *, source: str) -> ReadResult:
+    """Parse a compact trace's bytes: Parquet, gzip'd or plain JSON lines (by ``source``'s name)."""
+    if source.endswith(".parquet"):
+        return parse_compact_parquet(data, source=source)
+    if source.endswith(".gz"):
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as exc:
-            raise TraceFormatError(f"{p}: corrupt gzip ({exc})") from exc
-    return parse_compact_lines(data.splitlines(), source=str(p))
+            raise TraceFormatError(f"{source}: corrupt gzip ({exc})") from exc
+    return parse_compact_lines(data.splitlines(), source=source)
+
+
+def read_compact(path: str | Path) -> ReadResult:
+    """Read a compact trace file (``.jsonl``, ``.jsonl.gz`` or ``.parquet``)."""
+    p = Path(path)
+    return parse_compact_bytes(p.read_bytes(), source=str(p))
 
 
 def write_compact(table: OpTable, path: str | Path, *, header: dict[str, object] | None = None) -> None:
