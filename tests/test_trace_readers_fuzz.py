@@ -24,8 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
-import pytest
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
