@@ -243,7 +243,7 @@ def analyze(
         nic_names = [f"rank {r} network" for r in ranks.tolist()]
         leaf_of = np.zeros(n_r, dtype=np.int64)
     row_r = r_idx[inst.rows]
-    multi = inst.count >= 2
+    multi = inst.observed if inst.observed is not None else inst.count >= 2
     if inst.rows.size:
         h_min = np.minimum.reduceat(host_of[row_r], inst.first) if inst.n else np.zeros(0)
         h_max = np.maximum.reduceat(host_of[row_r], inst.first) if inst.n else np.zeros(0)

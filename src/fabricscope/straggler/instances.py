@@ -48,6 +48,9 @@ class Instances:
     last_rank: I64
     is_p2p: npt.NDArray[np.bool_]
     class_names: tuple[str, ...]
+    #: per instance: 2+ members and a transfer was seen (the first completion after the
+    #: last arrival); only these are network evidence, slow or fast.
+    observed: npt.NDArray[np.bool_] | None = None
 
     @property
     def n(self) -> int:
@@ -135,8 +138,10 @@ def match_instances(
         last_start = first_end = last_rank = np.zeros(0, dtype=np.int64)
     transfer = np.maximum(first_end - last_start, 0)
     wait = (last_start[inst] - start).astype(np.int64)
-    # Only instances with two or more members tell anything about the network.
-    multi = count >= 2
+    # Only instances with two or more members tell anything about the network, and only when
+    # the transfer was seen: a member that finished before the last one arrived (an eager
+    # send whose receiver posted after the data landed) leaves no transfer time to judge.
+    multi = (count >= 2) & (first_end > last_start)
     gsize = np.array([len(g) for g in table.groups] or [0], dtype=np.int64)
     op0 = opk[order][first] if first.size else np.zeros(0, dtype=np.int64)
     g0 = gsize[table.group[rows[first]]] if first.size else np.zeros(0, dtype=np.int64)
@@ -154,7 +159,12 @@ def match_instances(
         g_sig = np.array([sig_of.setdefault(tuple(rank_stage.get(x, -1) for x in g), len(sig_of))
                           if len(g) == 2 else 0 for g in table.groups] or [0], dtype=np.int64)
         is_pp = table.kind[rows[first]] == P2P
-        sig = np.where(is_pp, g_sig[table.group[rows[first]]], 0)
+        # A send fused with a recv in one call (Megatron's send_forward_recv_backward) ends
+        # with both: its span includes the wait for the other transfer. Fused instances are
+        # compared only with fused ones.
+        fused = _fused_rows(table, rows)
+        inst_fused = np.maximum.reduceat(fused.astype(np.int8), first).astype(np.int64)
+        sig = np.where(is_pp, 2 * g_sig[table.group[rows[first]]] + inst_fused, 0)
     if first.size:
         dense = [dense_codes(c)[1] for c in (op0, g0, b0, sig)]
         ck = _combined_key(dense)
@@ -183,7 +193,10 @@ def match_instances(
             sigma = MAD_TO_SIGMA * float(np.median(np.abs(low - np.median(low))))
             limit = max(k_sigma * sigma, rel * float(q25), float(min_abs_ns))
             excess[idx] = vals - q25
-            slow[idx] = vals - q25 > limit
+            # A ratio against a baseline at the timing floor is no evidence: such a class
+            # (waits and completions of a few microseconds) never calls a transfer slow.
+            if q25 >= min_abs_ns:
+                slow[idx] = vals - q25 > limit
     names_rev = [p2p_key(n) for n in table.op_names]
     uniq = list(dict.fromkeys(names_rev))
     cls_names: list[str] = [""] * ncls
@@ -195,7 +208,24 @@ def match_instances(
     is_p2p = table.kind[rows[first]] == P2P if first.size else np.zeros(0, dtype=bool)
     return Instances(rows.astype(np.int64), inst, wait, first, count, it[order][first] if first.size
                      else first, cls, last_start, first_end, transfer, excess, slow & multi,
-                     last_rank, is_p2p, tuple(cls_names))
+                     last_rank, is_p2p, tuple(cls_names), multi)
+
+
+def _fused_rows(table: OpTable, rows: I64, eps_ns: int = 2_000) -> npt.NDArray[np.bool_]:
+    """Communication rows that share their span with another one on the same rank (a fused call)."""
+    if rows.size < 2:
+        return np.zeros(rows.size, dtype=bool)
+    o = np.lexsort((table.start[rows], table.iteration[rows], table.rank[rows]))
+    r, it = table.rank[rows][o], table.iteration[rows][o]
+    s, e = table.start[rows][o], table.end[rows][o]
+    same = ((r[1:] == r[:-1]) & (it[1:] == it[:-1]) & (np.abs(s[1:] - s[:-1]) <= eps_ns)
+            & (np.abs(e[1:] - e[:-1]) <= eps_ns))
+    f = np.zeros(rows.size, dtype=bool)
+    f[:-1] |= same
+    f[1:] |= same
+    out = np.zeros(rows.size, dtype=bool)
+    out[o] = f
+    return out
 
 
 def clock_offsets(table: OpTable, inst: Instances, *, tol_ns: int = 200_000) -> dict[int, int]:

@@ -66,6 +66,12 @@ class TwinJob:
     tp_bytes: float = 8 << 20
     compute_cv: float = 0.02
     comm_cv: float = 0.02
+    #: "gpipe" (all forwards, then all backwards) or "1f1b" (Megatron's one-forward-one-backward
+    #: with fused send_forward_recv_backward / send_backward_recv_forward calls).
+    schedule: str = "gpipe"
+    #: mean host-side idle gap (ns, exponential) before each compute op: kernel-launch and
+    #: data-loader hiccups that real traces show and no device causes.
+    launch_gap_ns: float = 0.0
 
     @property
     def world_size(self) -> int:
@@ -76,7 +82,7 @@ class TwinJob:
 
 
 def nominal_iteration_ns(job: TwinJob) -> int:
-    """Rough fault-free iteration time (GPipe: (m + pp - 1) slots of forward + backward).
+    """Rough fault-free iteration time ((m + pp - 1) slots of forward + backward, GPipe or 1F1B).
 
     Used to place fault windows at iteration boundaries: ``TRACE_T0_NS + k * nominal``.
     """
@@ -334,6 +340,8 @@ def generate_trace(
     dp, tp, pp, mbs = job.dp, job.tp, job.pp, job.microbatches
     if min(dp, tp, pp, mbs, job.iterations) < 1:
         raise WorkloadError(f"twin job: dp/tp/pp/microbatches/iterations must be >= 1: {job}")
+    if job.schedule not in ("gpipe", "1f1b"):
+        raise ConfigError(f"twin job: schedule: unknown {job.schedule!r} (gpipe or 1f1b)")
     placement = place_ranks(fabric, job.world_size, policy="in-order")
     gpus = len(placement.rail_nics[placement.host(0)])
     if gpus % tp:
@@ -423,6 +431,8 @@ def generate_trace(
         dur = base * cur.stage_factor[p] * cur.seq_factor[d_of_lane, m] * cur.gpu_factor[rk] \
             * jitter(job.compute_cv, lanes)
         s = free[rk].copy()
+        if job.launch_gap_ns > 0:
+            s += rng.exponential(job.launch_gap_ns, lanes)
         e = s + dur
         emit(rk, cur.it, op, 0, m, s, e, 0, p, m)
         free[rk] = e
@@ -444,6 +454,79 @@ def generate_trace(
         free[a] = end
         free[b] = end
 
+    programs = [_one_f_one_b_program(p, pp, mbs) for p in range(pp)]
+
+    def one_f_one_b(cur: _Iter, fwd_t: list[F64], bwd_t: list[F64]) -> None:
+        """Play Megatron's 1F1B schedule: stages advance until a p2p call waits for its peer.
+
+        A call (one or two transfers, fused like Megatron's send_forward_recv_backward)
+        starts when its stage is idle. A send is eager (its part ends ``duration`` after it
+        posted); the receive ends when the data has arrived, or a few microseconds after it
+        posted if the data was already there.
+        The call ends with its last part, and every row of the call spans the whole call:
+        a lone send is short, a recv's duration includes the wait for its peer, and a send
+        fused with a recv waits with it, as in ByteDance's traces.
+        """
+        pc = [0] * pp
+        started: dict[tuple[int, int], F64] = {}
+        side: dict[tuple[str, int, int], dict[str, F64]] = {}
+        done: dict[tuple[str, int, int], F64] = {}
+        dur_of: dict[tuple[str, int, int], F64] = {}
+        while any(pc[p] < len(programs[p]) for p in range(pp)):
+            progressed = False
+            for p in range(pp):
+                while pc[p] < len(programs[p]):
+                    step = programs[p][pc[p]]
+                    rk = stage_ranks[p]
+                    if step[0] in ("F", "B"):
+                        compute(cur, p, int(step[1]), job.fwd_ns if step[0] == "F" else job.bwd_ns,
+                                FWD if step[0] == "F" else BWD)
+                        pc[p] += 1
+                        progressed = True
+                        continue
+                    calls = step[1]
+                    assert isinstance(calls, tuple)
+                    if (p, pc[p]) not in started:
+                        started[(p, pc[p])] = free[rk].copy()
+                        for d, src, m, role in calls:
+                            side.setdefault((d, src, m), {})[role] = free[rk].copy()
+                        progressed = True
+                    ends = []
+                    for d, src, m, role in calls:
+                        key = (d, src, m)
+                        if key not in dur_of:
+                            base = fwd_t[src] if d == "f" else bwd_t[src - 1]
+                            dur_of[key] = base * jitter(job.comm_cv, lanes)
+                        if role == "send":
+                            # Eager send: the sender's part ends once its data is out,
+                            # whether or not the receiver has posted yet.
+                            ends.append(side[key]["send"] + dur_of[key])
+                            continue
+                        if key not in done:
+                            sides = side[key]
+                            if len(sides) < 2:
+                                break
+                            # The data was sent eagerly: a receiver that posts after it
+                            # arrived finds it there (a few microseconds to complete).
+                            done[key] = np.maximum(sides["send"] + dur_of[key],
+                                                   sides["recv"] + np.minimum(dur_of[key], 5_000.0))
+                        ends.append(done[key])
+                    else:
+                        s0 = started[(p, pc[p])]
+                        end = np.max(np.stack(ends), axis=0)
+                        nb = job.activation_bytes / tp
+                        for d, src, m, role in calls:
+                            op = {("f", "send"): FSEND, ("f", "recv"): FRECV,
+                                  ("b", "send"): BSEND, ("b", "recv"): BRECV}[(d, role)]
+                            gid = fwd_gid[src] if d == "f" else bwd_gid[src]
+                            emit(rk, cur.it, op, gid, m, s0, end, nb, p, -1)
+                        free[rk] = end
+                        pc[p] += 1
+                        progressed = True
+                        continue
+                    break
+            if not progressed:  # pragma: no cover - the schedule is deadlock-free by construction
+                raise WorkloadError(f"twin 1F1B: schedule deadlocked at {pc}")
 
     free = np.zeros(world)  # when each rank is next idle (ns)
     free[:] = TRACE_T0_NS
@@ -483,16 +566,19 @@ def generate_trace(
             dp_t.append(lane_t)
 
         cur = _Iter(it, stage_factor, seq_factor, gpu_factor, tp_t)
-        for m in range(mbs):
-            for p in range(pp):
-                compute(cur, p, m, job.fwd_ns, FWD)
-                if p < pp - 1:
-                    p2p(cur, p, p + 1, m, fwd_t[p], fwd_gid[p], FSEND, FRECV)
-        for m in range(mbs):
-            for p in range(pp - 1, -1, -1):
-                compute(cur, p, m, job.bwd_ns, BWD)
-                if p > 0:
-                    p2p(cur, p, p - 1, m, bwd_t[p - 1], bwd_gid[p], BSEND, BRECV)
+        if job.schedule == "1f1b":
+            one_f_one_b(cur, fwd_t, bwd_t)
+        else:
+            for m in range(mbs):
+                for p in range(pp):
+                    compute(cur, p, m, job.fwd_ns, FWD)
+                    if p < pp - 1:
+                        p2p(cur, p, p + 1, m, fwd_t[p], fwd_gid[p], FSEND, FRECV)
+            for m in range(mbs):
+                for p in range(pp - 1, -1, -1):
+                    compute(cur, p, m, job.bwd_ns, BWD)
+                    if p > 0:
+                        p2p(cur, p, p - 1, m, bwd_t[p - 1], bwd_gid[p], BSEND, BRECV)
         for p in range(pp):
             rk = stage_ranks[p]
             if dp > 1:
@@ -522,6 +608,48 @@ def generate_trace(
             "comm": comm if isinstance(comm, str) else type(comm).__name__,
         },
     )
+
+
+def _one_f_one_b_program(p: int, pp: int, mbs: int) -> list[tuple[object, ...]]:
+    """Stage ``p``'s 1F1B program (Megatron's forward_backward_pipelining_without_interleaving).
+
+    Steps: ``("F", m)`` / ``("B", m)`` compute, ``("C", ((dir, src_stage, m, role), ...))`` a
+    blocking p2p call of one or two transfers (``dir`` "f": activations ``src -> src + 1``,
+    "b": gradients ``src -> src - 1``).
+    """
+    warm = min(pp - p - 1, mbs)
+    rem = mbs - warm
+    prog: list[tuple[object, ...]] = []
+    fi = bi = 0
+    for _ in range(warm):
+        if p > 0:
+            prog.append(("C", (("f", p - 1, fi, "recv"),)))
+        prog.append(("F", fi))
+        if p < pp - 1:
+            prog.append(("C", (("f", p, fi, "send"),)))
+        fi += 1
+    if rem > 0 and p > 0:
+        prog.append(("C", (("f", p - 1, fi, "recv"),)))
+    for i in range(rem):
+        prog.append(("F", fi))
+        if p < pp - 1:  # send_forward_recv_backward
+            prog.append(("C", (("f", p, fi, "send"), ("b", p + 1, bi, "recv"))))
+        fi += 1
+        prog.append(("B", bi))
+        if p > 0:
+            if i == rem - 1:  # send_backward
+                prog.append(("C", (("b", p, bi, "send"),)))
+            else:  # send_backward_recv_forward
+                prog.append(("C", (("b", p, bi, "send"), ("f", p - 1, fi, "recv"))))
+        bi += 1
+    for _ in range(warm):
+        if p < pp - 1:
+            prog.append(("C", (("b", p + 1, bi, "recv"),)))
+        prog.append(("B", bi))
+        if p > 0:
+            prog.append(("C", (("b", p, bi, "send"),)))
+        bi += 1
+    return prog
 
 
 # ---------------------------------------------------------------------- writers
@@ -600,6 +728,45 @@ def compact_lines(trace: TwinTrace) -> str:
             row["mb"] = mb
         lines.append(json.dumps(row, separators=(",", ":")))
     return "\n".join(lines) + "\n"
+
+
+_BYTEDANCE_OPTYPE = {FWD: "forward-compute", BWD: "backward-compute", FSEND: "forward-send",
+                     FRECV: "forward-recv", BSEND: "backward-send", BRECV: "backward-recv",
+                     DPAR: "grads-reduce-scatter", OPTIM: "optimizer"}
+
+
+def bytedance_parquet(trace: TwinTrace, tp: int = 1) -> bytes:
+    """The trace in ByteDance's per-op Parquet schema (OSDI'25 artifact), as file bytes.
+
+    One worker per (data-parallel rank, stage), the first rank of each TP group, as the
+    artifact traces them; TP all-reduces are not part of that schema and are left out. Times
+    are seconds; ``*-recv`` rows span the whole blocking call (wait for the peer included).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    keep = np.isin(trace.op, list(_BYTEDANCE_OPTYPE)) & (trace.rank % max(tp, 1) == 0)
+    idx = np.flatnonzero(keep)
+    idx = idx[np.lexsort((trace.start[idx], trace.rank[idx]))]
+    stage = trace.stage[idx]
+    lanes = int((trace.rank.max() + 1) // max(int(trace.stage.max()) + 1, 1)) if len(trace) else 1
+    dp_rank = (trace.rank[idx] % lanes) // max(tp, 1)
+    ops = trace.op[idx]
+    names = np.array([_BYTEDANCE_OPTYPE.get(int(o), "") for o in range(len(OP_NAMES))])
+    mb = np.where(np.isin(ops, [FWD, BWD]), trace.mb[idx], -1)
+    tb = pa.table({
+        "dp_rank": pa.array(dp_rank, pa.int64()), "stage": pa.array(stage, pa.int64()),
+        "rank": pa.array(trace.rank[idx], pa.int64()),
+        "step": pa.array(trace.iteration[idx], pa.int64()),
+        "optype": pa.array(names[ops].tolist(), pa.string()),
+        "start_ts": pa.array(trace.start[idx] / 1e9, pa.float64()),
+        "duration": pa.array((trace.end[idx] - trace.start[idx]) / 1e9, pa.float64()),
+        "seq_id": pa.array(trace.seq[idx], pa.int64()), "mc": pa.array(np.zeros(idx.size, np.int64)),
+        "mb_id": pa.array(mb, pa.int64()), "gmc": pa.array(stage, pa.int64()),
+    })
+    sink = pa.BufferOutputStream()
+    pq.write_table(tb, sink)
+    return bytes(sink.getvalue().to_pybytes())
 
 
 def write_twin_traces(
