@@ -42,6 +42,9 @@ def register(app: typer.Typer) -> None:
         polarized: bool = typer.Option(False, "--polarized", help="Same hash seed on every switch (shows polarization)."),
         out: Path | None = typer.Option(None, "--out", "-o", help="Directory for sim.json, fct_cdf.png, link_util.png."),
         no_plot: bool = typer.Option(False, "--no-plot", help="Skip the plots."),
+        force: bool = typer.Option(
+            False, "--force", help=f"Run a workload estimated above {2_000_000:,} flows per seed (hours of work).",
+        ),
     ) -> None:
         from rich.console import Console
         from rich.progress import (
@@ -53,8 +56,9 @@ def register(app: typer.Typer) -> None:
         )
 
         from fabricscope.model.errors import ConfigError
-        from fabricscope.service.sim_report import format_table, write_report
+        from fabricscope.service.sim_report import format_comparisons, format_table, write_report
         from fabricscope.sim.scenario import (
+            MAX_FLOWS,
             prepare,
             read_scenario,
             run_scenario,
@@ -63,6 +67,8 @@ def register(app: typer.Typer) -> None:
         )
 
         console = Console(highlight=False, soft_wrap=True)
+        # Progress goes to stderr (stdout stays the report); rich draws it only on a terminal.
+        errc = Console(stderr=True, highlight=False, soft_wrap=True)
         if scenario_file is not None:
             if topo is not None or workload is not None:
                 raise ConfigError("--topo/--workload: give either a scenario file or flags, not both")
@@ -80,10 +86,18 @@ def register(app: typer.Typer) -> None:
                 topo=topo, workload=workload, lb=lb or "ecmp", fail=fail, degrade=degrade,
                 seeds=seed or [0], hash_function=hash_function or "crc32", per_switch_seed=not polarized,
             )
-        prep = prepare(sc)  # everything is validated before the first run
+        with errc.status("preparing ...") as status:
+            # Everything is validated (and the flow count estimated) before the first run.
+            prep = prepare(sc, max_flows=None if force else MAX_FLOWS,
+                           progress=lambda text: status.update(text + " ..."))
         if out is not None:
             _output_folder(out)
         n_flows = sum(len(w.flows) for w in prep.workloads.values())
+        if n_flows // max(len(prep.workloads), 1) > 200_000:
+            from fabricscope.sim.scenario import steady_state_hint
+
+            errc.print(f"note: {n_flows // len(prep.workloads):,} flows per seed; this can take minutes "
+                       f"per run ({steady_state_hint(sc.workload)})")
         console.print(
             f"[bold]{sc.name}[/]: {prep.fabric.name} ({len(prep.fabric.nics)} NICs), "
             f"{sc.workload.get('kind')} ({n_flows // max(len(prep.workloads), 1)} flows), "
@@ -92,7 +106,7 @@ def register(app: typer.Typer) -> None:
         )
         with Progress(
             TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
-            console=console, transient=True,
+            console=errc, transient=True,
         ) as bar:
             def progress(label: str):  # type: ignore[no-untyped-def]
                 task = bar.add_task(label, total=1)
@@ -103,7 +117,9 @@ def register(app: typer.Typer) -> None:
                 return cb
 
             result = run_scenario(prep, progress=progress, record_utilization=out is not None)
-        console.print(format_table(result))
+        console.print(format_table(result, width=console.width if console.is_terminal else None))
+        for line in format_comparisons(result):
+            console.print(line, soft_wrap=not console.is_terminal)
         partitioned: list[str] = []
         for r in result.runs:
             if r.result.unroutable or r.result.blocked:

@@ -34,8 +34,14 @@ _COLUMNS = (
 _TIER_ORDER = ("nic-leaf", "leaf-spine", "spine-core", "core-spine", "spine-leaf", "leaf-nic")
 
 
-def format_table(result: ScenarioResult) -> str:
-    """The comparison table as aligned text (one row per scheme / case, seeds averaged)."""
+def format_table(result: ScenarioResult, *, width: int | None = None) -> str:
+    """The comparison table as aligned text (one row per scheme / case, seeds averaged).
+
+    With several seeds a cell reads ``mean ±sd`` (sample std over the seeds). ``width``
+    (a terminal's columns) folds the table into blocks that each fit, every block starting
+    with the scheme column so that a row's subject is never cut; ``None`` (piped output)
+    keeps one wide table.
+    """
     rows = result.table()
     cols = [c for c in _COLUMNS if any(c[0] in r for r in rows)]
     cells = [[h for _, h, _ in cols]]
@@ -45,16 +51,43 @@ def format_table(result: ScenarioResult) -> str:
             v = r.get(key, "")
             if isinstance(v, float) and math.isnan(v):
                 line.append("-")
+            elif v == "":
+                line.append("")
             else:
-                line.append(fmt.format(v) if v != "" else "")
+                sd = r.get(f"{key}_sd")
+                text = fmt.format(v)
+                if isinstance(sd, float) and math.isfinite(sd):
+                    text += " ±" + fmt.format(sd)
+                line.append(text)
         cells.append(line)
     widths = [max(len(c[i]) for c in cells) for i in range(len(cols))]
-    out = ["FCT mean, p50, p99, max and last byte arrival, in us (seeds averaged)"]
-    for i, c in enumerate(cells):
-        out.append("  ".join(x.ljust(w) if j == 0 else x.rjust(w) for j, (x, w) in enumerate(zip(c, widths, strict=True))))
-        if i == 0:
-            out.append("  ".join("-" * w for w in widths))
+    n_seeds = len(result.scenario.seeds)
+    how = f"mean ±sd over {n_seeds} seeds" if n_seeds > 1 else "one seed, no spread"
+    out = [f"FCT mean, p50, p99, max and last byte arrival, in us ({how})"]
+    blocks: list[list[int]] = [[]]
+    used = widths[0]
+    for j in range(1, len(cols)):
+        if width is not None and blocks[-1] and used + 2 + widths[j] > width:
+            blocks.append([])
+            used = widths[0]
+        blocks[-1].append(j)
+        used += 2 + widths[j]
+    for k, block in enumerate(blocks):
+        if k:
+            out.append("")
+        idx = [0, *block]
+        for i, c in enumerate(cells):
+            out.append("  ".join(c[j].ljust(widths[j]) if j == 0 else c[j].rjust(widths[j]) for j in idx).rstrip())
+            if i == 0:
+                out.append("  ".join("-" * widths[j] for j in idx))
     return "\n".join(out)
+
+
+def format_comparisons(result: ScenarioResult, key: str = "fct_p99_us") -> list[str]:
+    """One line per comparison a reader draws from the table (p99 FCT by default): the
+    difference, its 95 % interval over the seeds, and whether it is more than seed spread."""
+    name = {"fct_p99_us": "p99 FCT", "fct_mean_us": "mean FCT", "completion_us": "last byte"}.get(key, key)
+    return [f"{name} {d.text()}" for d in result.comparisons(key)]
 
 
 def write_json(result: ScenarioResult, path: Path) -> Path:
@@ -198,9 +231,14 @@ def plot_link_heatmap(result: ScenarioResult, path: Path, *, bins: int = 40, per
 
 
 def write_report(result: ScenarioResult, outdir: Path, *, plots: bool = True) -> dict[str, Path]:
-    """Write ``sim.json`` (+ ``fct_cdf.png`` and ``link_util.png``) under ``outdir``."""
+    """Write ``sim.json`` (+ ``fct_cdf.png`` and ``link_util.png``, except for a ring
+    steady-state workload) under ``outdir``."""
     outdir.mkdir(parents=True, exist_ok=True)
     files = {"json": write_json(result, outdir / "sim.json")}
+    if result.scenario.workload.get("steady_state") is True:
+        # One ring step at t = 0: its FCTs and link timeline are an artefact of the model, not
+        # the collective's (the answer is ring ms / busbw in the table), so no plots.
+        return files
     if plots:
         files["fct_cdf"] = plot_fct_cdf(result, outdir / "fct_cdf.png")
         if any(r.result.utilization is not None for r in result.runs):

@@ -127,31 +127,67 @@ class ScenarioResult:
         return out
 
     def table(self) -> list[dict[str, object]]:
-        """One row per (scheme, case): FCT statistics and completion, averaged over seeds."""
+        """One row per (scheme, case): FCT statistics and completion, averaged over seeds.
+
+        With several seeds every averaged number ``x`` also has ``x_sd``, its sample standard
+        deviation over the seeds (one seed: no spread, no ``_sd`` keys).
+        """
         rows: list[dict[str, object]] = []
         for label in self.labels():
             rs = [r.result for r in self.runs if r.label == label]
             stats = [x.fct_stats_us() for x in rs]
-            row: dict[str, object] = {
-                "scheme": label,
-                "seeds": len(rs),
-                "flows": int(rs[0].flow_ids.shape[0]),
-                "fct_mean_us": _mean(s["mean"] for s in stats),
-                "fct_p50_us": _mean(s["p50"] for s in stats),
-                "fct_p99_us": _mean(s["p99"] for s in stats),
-                "fct_max_us": _mean(s["max"] for s in stats),
-                "completion_us": _mean(x.completion_ns / 1e3 for x in rs),
-                "unroutable": sum(len(x.unroutable) + len(x.blocked) for x in rs),
-                "wall_s": round(sum(x.wall_s for x in rs), 3),
-            }
+            row: dict[str, object] = {"scheme": label, "seeds": len(rs), "flows": int(rs[0].flow_ids.shape[0])}
+            for key, values in (
+                ("fct_mean_us", [s["mean"] for s in stats]),
+                ("fct_p50_us", [s["p50"] for s in stats]),
+                ("fct_p99_us", [s["p99"] for s in stats]),
+                ("fct_max_us", [s["max"] for s in stats]),
+                ("completion_us", [x.completion_ns / 1e3 for x in rs]),
+            ):
+                _put(row, key, values)
+            row["unroutable"] = sum(len(x.unroutable) + len(x.blocked) for x in rs)
+            row["wall_s"] = round(sum(x.wall_s for x in rs), 3)
             if rs[0].collective != "none" and rs[0].collective_bytes > 0:
-                row["busbw_GBps"] = _mean(x.busbw_Bps / 1e9 for x in rs)
+                _put(row, "busbw_GBps", [x.busbw_Bps / 1e9 for x in rs])
             rings = [r for r in self.runs if r.label == label and r.ring_s is not None]
             if rings and len(rings) == len(rs):
-                row["ring_ms"] = _mean(float(r.ring_s or 0.0) * 1e3 for r in rings)
-                row["busbw_GBps"] = _mean(float(r.ring_busbw_Bps or 0.0) / 1e9 for r in rings)
+                _put(row, "ring_ms", [float(r.ring_s or 0.0) * 1e3 for r in rings])
+                _put(row, "busbw_GBps", [float(r.ring_busbw_Bps or 0.0) / 1e9 for r in rings])
             rows.append(row)
         return rows
+
+    def seed_values(self, label: str, key: str = "fct_p99_us") -> dict[int, float]:
+        """Per seed, one statistic of one row (``fct_p99_us``, ``fct_mean_us``, ``completion_us``...)."""
+        out: dict[int, float] = {}
+        for r in self.runs:
+            if r.label != label:
+                continue
+            if key == "completion_us":
+                out[r.seed] = r.result.completion_ns / 1e3
+            elif key == "ring_ms":
+                out[r.seed] = float("nan") if r.ring_s is None else r.ring_s * 1e3
+            else:
+                out[r.seed] = r.result.fct_stats_us()[key.removeprefix("fct_").removesuffix("_us")]
+        return out
+
+    def difference(self, a: str, b: str, key: str = "fct_p99_us") -> Difference:
+        """``b`` minus ``a`` for one statistic, paired over the seeds both rows ran."""
+        va, vb = self.seed_values(a, key), self.seed_values(b, key)
+        seeds = [s for s in va if s in vb]
+        return paired_difference(a, b, key, [va[s] for s in seeds], [vb[s] for s in seeds])
+
+    def comparisons(self, key: str = "fct_p99_us") -> list[Difference]:
+        """The differences a reader looks at: every scheme against the first one in the same
+        case, and every faulted row against its healthy row."""
+        out: list[Difference] = []
+        labels = self.labels()
+        schemes = list(self.scenario.schemes)
+        for case in ("", " (faults)"):
+            here = [f"{s}{case}" for s in schemes if f"{s}{case}" in labels]
+            out.extend(self.difference(here[0], x, key) for x in here[1:])
+        out.extend(self.difference(s, f"{s} (faults)", key) for s in schemes
+                   if s in labels and f"{s} (faults)" in labels)
+        return out
 
     def to_dict(self) -> dict[str, object]:
         sc = self.scenario
@@ -166,6 +202,7 @@ class ScenarioResult:
                  **dict(f.params)} for f in self.faults
             ],
             "table": self.table(),
+            "comparisons": [d.to_dict() for d in self.comparisons()],
             "runs": [
                 {"scheme": r.scheme, "case": r.case, "seed": r.seed, **r.result.summary(),
                  **({"ring_ms": r.ring_s * 1e3, "ring_busbw_GBps": (r.ring_busbw_Bps or 0.0) / 1e9}
@@ -178,6 +215,65 @@ class ScenarioResult:
 def _mean(values: Any) -> float:
     v = [float(x) for x in values]
     return round(float(np.mean(v)), 3) if v else float("nan")
+
+
+def _put(row: dict[str, object], key: str, values: Sequence[float]) -> None:
+    row[key] = _mean(values)
+    if len(values) > 1:
+        row[f"{key}_sd"] = round(float(np.std(np.asarray(values, dtype=np.float64), ddof=1)), 3)
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """``b - a`` of one statistic over paired seeds, with its 95 % confidence interval.
+
+    ``verdict`` is ``"lower"`` / ``"higher"`` (``b`` against ``a``) only when the interval
+    excludes zero; ``"within seed spread"`` when it does not; ``"one seed"`` when there is no
+    spread to judge by (a single seed's difference can be hash or placement luck).
+    """
+
+    a: str
+    b: str
+    key: str
+    seeds: int
+    mean: float
+    ci95: float | None  # half-width (Student t over the paired differences); None: one seed
+
+    @property
+    def verdict(self) -> str:
+        if self.ci95 is None or not np.isfinite(self.mean):
+            return "one seed"
+        if abs(self.mean) <= self.ci95:
+            return "within seed spread"
+        return "lower" if self.mean < 0 else "higher"
+
+    def text(self, unit: str = "us") -> str:
+        base = f"{self.b} vs {self.a}: {self.mean:+,.1f} {unit}"
+        if self.ci95 is None:
+            return f"{base} (one seed: no spread to judge it by; give several --seed)"
+        spread = f"95% CI ±{self.ci95:,.1f} over {self.seeds} seeds"
+        if self.verdict == "within seed spread":
+            return f"{base} ({spread}): within seed spread, not a difference"
+        return f"{base} ({spread}): {self.b} {self.verdict}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"a": self.a, "b": self.b, "key": self.key, "seeds": self.seeds,
+                "mean_diff": round(self.mean, 3),
+                "ci95": None if self.ci95 is None else round(self.ci95, 3), "verdict": self.verdict}
+
+
+def paired_difference(a: str, b: str, key: str, va: Sequence[float], vb: Sequence[float]) -> Difference:
+    """Mean of ``vb - va`` over paired seeds and the half-width of its 95 % t interval."""
+    d = np.asarray(vb, dtype=np.float64) - np.asarray(va, dtype=np.float64)
+    d = d[np.isfinite(d)]
+    if d.shape[0] == 0:
+        return Difference(a, b, key, 0, float("nan"), None)
+    if d.shape[0] == 1:
+        return Difference(a, b, key, 1, float(d[0]), None)
+    from scipy import stats
+
+    half = float(stats.t.ppf(0.975, d.shape[0] - 1) * d.std(ddof=1) / np.sqrt(d.shape[0]))
+    return Difference(a, b, key, int(d.shape[0]), float(d.mean()), half)
 
 
 # ---------------------------------------------------------------------- parsing
@@ -518,17 +614,52 @@ def uplinks(fabric: Fabric) -> list[str]:
     return sorted(out)
 
 
-def prepare(scenario: Scenario) -> Prepared:
-    """Build the fabric, resolve faults and build every seed's workload, or fail clearly."""
+MAX_FLOWS = 2_000_000
+"""Above this many flows per seed :func:`prepare` refuses unless ``max_flows=None``: building
+and running the event-driven DAG takes hours there (8.4M flows for a 256 MiB ring all-reduce
+on 2,048 GPUs), while ``steady_state: true`` answers a ring's time and busbw in seconds."""
+
+
+def steady_state_hint(workload: Mapping[str, object]) -> str:
+    """What to say when a workload is big: the ring's steady state, if it applies."""
+    ring = workload.get("kind") in ("allreduce", "allgather", "reducescatter") and workload.get(
+        "algorithm", "ring") == "ring"
+    if ring and not workload.get("steady_state"):
+        return ("steady_state=true answers the ring's completion time and busbw in seconds "
+                "(one step's max-min rates, docs/workloads.md)")
+    return "a smaller size of fabric or ranks= answers faster"
+
+
+def estimate(scenario: Scenario, fabric: Fabric) -> int | None:
+    """Flows per seed the scenario's workload will build (``None``: not known up front)."""
+    from fabricscope.sim.workload import estimate_flows
+
+    return estimate_flows(fabric, scenario.workload, seed=scenario.seeds[0], source=scenario.source)
+
+
+def prepare(
+    scenario: Scenario,
+    *,
+    max_flows: int | None = MAX_FLOWS,
+    progress: Callable[[str], None] | None = None,
+) -> Prepared:
+    """Build the fabric, resolve faults and build every seed's workload, or fail clearly.
+
+    ``max_flows``: refuse (before building anything big) a workload estimated above it;
+    ``None`` lifts the limit. ``progress(text)`` hears each step that can take seconds.
+    """
     src = scenario.source
+    say = progress or (lambda _text: None)
     if scenario.topology_file is not None:
         from fabricscope.fabric.io import read_fabric
 
+        say(f"reading {scenario.topology_file}")
         fabric = read_fabric(scenario.topology_file)
     else:
         from fabricscope.fabric.catalog import build_fabric
 
         assert scenario.topology_kind is not None
+        say(f"building the {scenario.topology_kind} fabric")
         fabric = build_fabric(scenario.topology_kind, scenario.topology_params, source=f"{src}: topology.params")
     faults: list[Fault] = []
     for fs in scenario.faults:
@@ -537,12 +668,21 @@ def prepare(scenario: Scenario) -> Prepared:
         faults.append(Fault(fs.kind, link, fs.start_ns, fs.end_ns, params))  # type: ignore[arg-type]
     if "stripe" in scenario.schemes:
         _check_planes(fabric, src)
+    n_est = estimate(scenario, fabric)
+    if max_flows is not None and n_est is not None and n_est > max_flows:
+        raise _err(
+            src, "workload",
+            f"{scenario.workload.get('kind')} on this fabric builds about {n_est:,} flows per seed "
+            f"(limit {max_flows:,}; hours of work): {steady_state_hint(scenario.workload)}, "
+            "or pass --force to run it anyway",
+        )
     from fabricscope.sim.workload import workload_from_spec
 
-    workloads = {
-        s: workload_from_spec(fabric, scenario.workload, seed=s, source=src, where="workload")
-        for s in scenario.seeds
-    }
+    workloads: dict[int, Workload] = {}
+    for k, s in enumerate(scenario.seeds):
+        est = f"~{n_est:,} flows" if n_est is not None else "flows"
+        say(f"building the workload ({est}), seed {s} ({k + 1} of {len(scenario.seeds)})")
+        workloads[s] = workload_from_spec(fabric, scenario.workload, seed=s, source=src, where="workload")
     return Prepared(scenario, fabric, tuple(faults), workloads)
 
 
@@ -615,12 +755,16 @@ def _ring_estimate(
 
 
 __all__ = [
+    "MAX_FLOWS",
     "SCHEMES",
+    "Difference",
     "FaultSpec",
     "Prepared",
     "Run",
     "Scenario",
     "ScenarioResult",
+    "estimate",
+    "paired_difference",
     "parse_kv_spec",
     "parse_scenario",
     "prepare",
@@ -629,6 +773,7 @@ __all__ = [
     "run_scenario",
     "scenario_from_flags",
     "scenario_to_dict",
+    "steady_state_hint",
     "uplinks",
     "with_overrides",
 ]

@@ -25,7 +25,7 @@ from fabricscope.sim.workload.placement import (
     gpu_slots,
     place_ranks,
 )
-from fabricscope.sim.workload.spec import KINDS, workload_from_spec
+from fabricscope.sim.workload.spec import KINDS, estimate_flows, workload_from_spec
 from fabricscope.sim.workload.traffic import (
     all_to_all_matrix,
     incast,
@@ -48,6 +48,7 @@ __all__ = [
     "all_to_all_matrix",
     "alpha_beta_time",
     "double_binary_tree",
+    "estimate_flows",
     "gpu_slots",
     "incast",
     "job_iteration",

@@ -172,6 +172,56 @@ def workload_from_spec(
     return _job(fabric, s, name)
 
 
+def estimate_flows(
+    fabric: Fabric, spec: Mapping[str, object], *, seed: int = 0, source: str = "<spec>",
+    where: str = "workload",
+) -> int | None:
+    """How many flows :func:`workload_from_spec` would build, without building them.
+
+    Cheap (a placement at most), so a command can refuse or warn before minutes of work;
+    ``None`` when the count is not known up front (``job``, ``flows`` from a file). Ring
+    collectives: ``steps x channels x fabric hops``; tree: ``channels x 4 x chunks x
+    (servers - 1)``; alltoall: pairs on different hosts.
+    """
+    s = _Spec(spec, source, where)
+    kind = spec.get("kind")
+    n_nics = len(fabric.nics)
+    if kind in ("permutation",):
+        return n_nics
+    if kind == "nic-all-to-all":
+        return n_nics * (n_nics - 1)
+    if kind == "incast":
+        v = spec.get("senders")
+        return len(v) if isinstance(v, list) else v if isinstance(v, int) and not isinstance(v, bool) else None
+    if kind == "flows":
+        v = spec.get("flows")
+        return len(v) if isinstance(v, list) else None
+    if kind not in ("allreduce", "allgather", "reducescatter", "alltoall"):
+        return None
+    from fabricscope.sim.workload.collectives import (
+        cross_hops,
+        default_channels,
+        ring_order,
+        ring_steps,
+    )
+
+    pl = place_ranks(fabric, s.int_("ranks", None, minimum=2), policy=s.choice("placement", PLACEMENT_POLICIES, "in-order"),
+                     seed=seed, ranks_per_host=s.int_("ranks_per_host"))
+    rail = s.bool_("rail_aligned", True)
+    n = pl.n_ranks
+    if kind == "alltoall":
+        per_host: dict[str, int] = {}
+        for slot in pl.slots:
+            per_host[slot.host] = per_host.get(slot.host, 0) + 1
+        return n * n - sum(c * c for c in per_host.values())
+    ch = s.int_("channels") or default_channels(pl, rail)
+    if s.choice("algorithm", ("ring", "tree"), "ring") == "tree":
+        return ch * 4 * (s.int_("chunks", 8) or 8) * max(len(pl.hosts) - 1, 0)
+    hops = len(cross_hops(pl, ring_order(pl, s.choice("ring_order", ("host", "rank"), "host"))))
+    steps = 1 if s.bool_("steady_state", False) else ring_steps(kind, n)
+    return steps * ch * hops
+
+
 def _collective(fabric: Fabric, s: _Spec, kind: str, name: str | None, seed: int) -> Workload:
     size = s.size("size")
     policy = s.choice("placement", PLACEMENT_POLICIES, "in-order")
