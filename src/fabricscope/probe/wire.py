@@ -20,7 +20,9 @@ analysis can subtract the responder's processing time from the round trip (Pingm
 R-Pingmesh). ``rx_count`` works like TWAMP's reflector sequence number (RFC 5357): comparing it
 with the number of requests sent on the flow tells the prober how many *requests* were lost,
 so lost probes split into request-path and reply-path losses (one-way loss direction without
-synchronized clocks). Padding beyond 48 bytes is allowed (to probe with larger packets) and ignored.
+synchronized clocks). Padding beyond 48 bytes is allowed (to probe with larger packets) and
+ignored, up to :data:`MAX_SIZE` (the UDP payload of a 9,000-byte jumbo frame): a larger datagram
+is rejected as ``oversize`` — never truncated to a buffer and answered as if it were whole.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ TYPE_REQUEST: Final = 1
 TYPE_REPLY: Final = 2
 HEADER: Final = struct.Struct("!4sBBHIIQqqq")
 SIZE: Final = HEADER.size  # 48
+MAX_SIZE: Final = 9000 - 20 - 8  # UDP payload of a 9,000-byte IPv4 jumbo frame
+REASONS: Final = frozenset({"short", "oversize", "magic", "version", "type", "timestamps"})
 _U64 = 2**64
 _I64_MAX = 2**63 - 1
 
@@ -44,8 +48,9 @@ _I64_MAX = 2**63 - 1
 class MalformedPacket(TransportError):
     """Bytes that are not a valid probe packet; ``reason`` is a short stable code.
 
-    Reasons: ``short`` (fewer than 48 bytes), ``magic`` (foreign traffic), ``version``
-    (a newer or older format), ``type`` (unknown packet type), ``timestamps`` (negative times).
+    Reasons (:data:`REASONS`): ``short`` (fewer than 48 bytes), ``oversize`` (more than
+    :data:`MAX_SIZE` bytes), ``magic`` (foreign traffic), ``version`` (a newer or older format),
+    ``type`` (unknown packet type, or a reply sent to a responder), ``timestamps`` (negative times).
     """
 
     def __init__(self, reason: str, detail: str) -> None:
@@ -77,7 +82,9 @@ class ProbePacket:
 
 
 def encode(p: ProbePacket, *, size: int = SIZE) -> bytes:
-    """The bytes of ``p``, zero-padded to ``size`` (>= 48). Fields out of range raise ValueError."""
+    """The bytes of ``p``, zero-padded to ``size`` (48..MAX_SIZE). Fields out of range raise ValueError."""
+    if size > MAX_SIZE:
+        raise ValueError(f"probe packet size must be <= {MAX_SIZE} bytes, got {size}")
     if p.type not in (TYPE_REQUEST, TYPE_REPLY):
         raise ValueError(f"probe packet type must be 1 or 2, got {p.type}")
     for name, v, hi in (("session", p.session, 2**32), ("seq", p.seq, _U64),
@@ -97,6 +104,8 @@ def decode(data: bytes) -> ProbePacket:
     """Parse a probe packet; raise :class:`MalformedPacket` naming the reason otherwise."""
     if len(data) < SIZE:
         raise MalformedPacket("short", f"{len(data)} bytes < {SIZE}")
+    if len(data) > MAX_SIZE:
+        raise MalformedPacket("oversize", f"{len(data)} bytes > {MAX_SIZE}")
     magic, version, typ, flags, session, rx_count, seq, ts, rx, tx = HEADER.unpack_from(data)
     if magic != MAGIC:
         raise MalformedPacket("magic", f"magic {magic!r} != {MAGIC!r}")
