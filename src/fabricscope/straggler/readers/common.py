@@ -73,8 +73,10 @@ def as_float(value: object, what: str, bound: float) -> float:
         out = float(value)
     except OverflowError:
         raise ValueError(f"{what} {show(value)} is out of range") from None
-    if not math.isfinite(out) or abs(out) > bound:
-        raise ValueError(f"{what} {show(value)} is not a finite number within +-{bound:g}")
+    if not math.isfinite(out):
+        raise ValueError(f"{what} {show(value)} is not a finite number")
+    if abs(out) > bound:
+        raise ValueError(f"{what} {show(value)} is out of range (more than {bound:g})")
     return out
 
 
