@@ -26,7 +26,7 @@ Examples:
 
 _TWIN_HELP = """Generate twin traces of a DP x TP x PP job with an injected fault, with the truth.
 
-Writes OUTDIR/kineto/rank<N>.json.gz, OUTDIR/trace.jsonl, OUTDIR/truth.json and OUTDIR/inventory.json (a rail-optimized cluster); then try `straggler analyze` on it.
+Writes OUTDIR/kineto/rank<N>.json.gz, OUTDIR/trace.jsonl, OUTDIR/truth.json and OUTDIR/inventory.json (a rail-optimized cluster); then try `straggler analyze` on it. A folder that already holds a run is refused unless --force, which replaces it (rank files of a larger earlier run are removed, so `analyze` never mixes two runs).
 
 Examples:
 
@@ -63,6 +63,8 @@ def register(app: typer.Typer) -> None:
 
         from fabricscope.straggler.pipeline import analyze_paths
 
+        _check_analyze_args(inventory=inventory, placement=placement, plot=plot, top=top)
+
         console = Console(stderr=as_json)
         with console.status("reading traces and localizing ..."):
             res, report = analyze_paths(paths, inventory=inventory, placement=placement)
@@ -91,14 +93,70 @@ def register(app: typer.Typer) -> None:
         iterations: int = typer.Option(12, "--iterations", help="training iterations traced"),
         comm: str = typer.Option("engine", "--comm", help="engine (flow engine) | alpha-beta"),
         seed: int = typer.Option(0, "--seed", help="noise and fault-start seed"),
+        force: bool = typer.Option(False, "--force",
+                                   help="replace a run already in OUTDIR (its stale rank files "
+                                        "are removed)"),
     ) -> None:
+        from fabricscope.cli._run_folder import prepare_twin_folder, remove_stale_ranks
         from fabricscope.service.demo_straggler import write_twin_scenario
 
+        _check_twin_args(fault=fault, dp=dp, tp=tp, pp=pp, iterations=iterations, comm=comm,
+                         seed=seed)
+        prepare_twin_folder(outdir, force=force)
         info = write_twin_scenario(outdir, fault=fault, dp=dp, tp=tp, pp=pp,
                                    iterations=iterations, comm=comm, seed=seed)
+        stale = remove_stale_ranks(outdir, dp * tp * pp)
+        if stale:
+            typer.echo(f"removed {len(stale)} rank file(s) of the earlier, larger run "
+                       f"({stale[0].name} ...)")
         typer.echo(f"wrote {outdir}: {info['ranks']} ranks, injected {info['injected']}")
         typer.echo(f"try: fabricscope straggler analyze {outdir}/kineto "
                    f"--inventory {outdir}/inventory.json")
+
+
+# A twin larger than this is not a CLI experiment (32k GPUs is the scale the twin targets).
+_MAX_TWIN_RANKS = 32768
+_MAX_TWIN_ITERATIONS = 10_000
+
+
+def _check_analyze_args(*, inventory: Path | None, placement: Path | None, plot: Path | None,
+                        top: int) -> None:
+    """Reject flags that would be ignored or fail late, before any trace is read."""
+    from fabricscope.cli._outputs import check_output_file
+    from fabricscope.model.errors import ConfigError
+
+    if top < 1:
+        raise ConfigError(f"--top {top}: give the number of candidate rows to show (>= 1)")
+    if placement is not None and inventory is None:
+        raise ConfigError(f"--placement {placement}: needs --inventory (the placement names "
+                          f"the inventory's hosts and GPUs; without one it would be ignored)")
+    for flag, path in (("--inventory", inventory), ("--placement", placement)):
+        if path is not None and not path.is_file():
+            raise ConfigError(f"{flag} {path}: no such file")
+    if plot is not None:
+        check_output_file(plot, flag="--plot", suffixes=(".png", ".svg"))
+
+
+def _check_twin_args(*, fault: str, dp: int, tp: int, pp: int, iterations: int, comm: str,
+                     seed: int) -> None:
+    """Reject impossible twin shapes and unknown names before the folder is touched."""
+    from fabricscope.model.errors import ConfigError
+    from fabricscope.service.demo_straggler import _FAULTS as FAULT_KINDS
+
+    for flag, value in (("--dp", dp), ("--tp", tp), ("--pp", pp), ("--iterations", iterations)):
+        if value < 1:
+            raise ConfigError(f"{flag} {value}: must be >= 1")
+    if dp * tp * pp > _MAX_TWIN_RANKS:
+        raise ConfigError(f"--dp {dp} x --tp {tp} x --pp {pp} = {dp * tp * pp} ranks; the twin "
+                          f"takes at most {_MAX_TWIN_RANKS}")
+    if iterations > _MAX_TWIN_ITERATIONS:
+        raise ConfigError(f"--iterations {iterations}: at most {_MAX_TWIN_ITERATIONS}")
+    if seed < 0:
+        raise ConfigError(f"--seed {seed}: must be >= 0")
+    if fault not in FAULT_KINDS:
+        raise ConfigError(f"--fault {fault!r}: unknown; choose one of {', '.join(FAULT_KINDS)}")
+    if comm not in ("engine", "alpha-beta"):
+        raise ConfigError(f"--comm {comm!r}: unknown; choose engine or alpha-beta")
 
 
 def _print_report(console: object, report: object, *, top: int, n_rows: int) -> None:
