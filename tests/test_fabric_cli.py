@@ -78,3 +78,34 @@ def test_params_listing_and_help(capsys: pytest.CaptureFixture[str], monkeypatch
     assert code == 0 and "servers_per_leaf" in out
     code, out, _ = _main(capsys, monkeypatch, "topo", "build", "--help")
     assert code == 0 and "Examples" in out
+
+
+def test_one_spec_syntax_for_topo_build_and_sim(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fabricscope.fabric.catalog import parse_fabric_spec
+
+    new, old = tmp_path / "new.json", tmp_path / "old.json"
+    code, out_new, err = _main(capsys, monkeypatch, "topo", "build", "rail-optimized:servers=4,gpus-per-server=2",
+                               "-o", str(new))
+    assert code == 0, err
+    code, _, err = _main(capsys, monkeypatch, "topo", "build", "rail-optimized", "servers=4",
+                               "gpus_per_server=2", "-o", str(old))
+    assert code == 0, err
+    assert new.read_text().replace("new.json", "") == old.read_text().replace("old.json", "")
+    assert read_fabric(new).gpu_count == 8
+    # Progress never lands on stdout: one result line, unwrapped even when longer than 80.
+    assert len(out_new.strip().splitlines()) == 1 and out_new.startswith("wrote ")
+    assert parse_fabric_spec("rail-optimized:servers=4,gpus-per-server=2") == parse_fabric_spec(
+        ["rail-optimized", "servers=4", "gpus-per-server=2"]) == parse_fabric_spec("rail-optimized servers=4,gpus-per-server=2")
+    # sim --topo takes the same spec, in both forms.
+    for spec in ("leaf-spine:leaves=2,hosts_per_leaf=2,spines=2", "leaf-spine leaves=2 hosts_per_leaf=2 spines=2"):
+        code, out, err = _main(capsys, monkeypatch, "sim", "--topo", spec, "--workload", "permutation:size=1MB")
+        assert code == 0, err
+        assert "leafspine-2x2-s2" in out
+    # KIND alone builds (every builder has defaults).
+    code, out, err = _main(capsys, monkeypatch, "topo", "build", "leaf-spine", "-o", str(tmp_path / "d.yaml"))
+    assert code == 0 and "64 GPUs" in out, err
+    for bad, needle in (("=3", "KIND first"), ("rail-optimized:servers", "expected KEY=VALUE, got 'servers'")):
+        code, _, err = _main(capsys, monkeypatch, "topo", "build", bad, "-o", str(tmp_path / "x.yaml"))
+        assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 from fabricscope.fabric import (
@@ -64,8 +66,10 @@ def test_catalog_builds_by_kind_and_rejects_unknowns() -> None:
         build_fabric("rail-optimized", {"sever": "1"})
     with pytest.raises(InventoryError, match="k: expected an integer, got 'four'"):
         build_fabric("fat-tree", {"k": "four"})
-    with pytest.raises(InventoryError, match="leaf-spine needs leaves, hosts_per_leaf, spines"):
-        build_fabric("leaf-spine", {})
+    # Every builder builds with no parameter at all (issue 9: defaults for every builder).
+    for kind in ("leaf-spine", "fat-tree", "rail-optimized", "multi-plane", "dual-tor"):
+        assert build_fabric(kind, {}).gpu_count > 0, kind
+        assert all(d is not inspect.Parameter.empty for _, d in builder_parameters(kind).values()), kind
     with pytest.raises(InventoryError, match="expected KEY=VALUE, got 'servers'"):
         parse_params(["servers"])
     assert build_fabric("rail-optimized", {"servers": 2, "radix": 8, "spines": "auto"}).gpu_count == 16

@@ -7,26 +7,27 @@ from pathlib import Path
 
 import typer
 
-_BUILD_HELP = """Build a fabric inventory of KIND and write it to --out FILE (.yaml, .yml or .json).
+_BUILD_HELP = """Build a fabric inventory from SPEC and write it to --out FILE (.yaml, .yml or .json).
 
-KIND is one of: leaf-spine, fat-tree, rail-optimized, multi-plane, dual-tor.
-Builder parameters follow as KEY=VALUE (dashes or underscores); `--params KIND` lists them.
+SPEC is KIND[:KEY=VALUE,...], the same as `sim --topo`; KIND is one of leaf-spine, fat-tree, rail-optimized, multi-plane, dual-tor. Every parameter has a default (`--params` lists them), so KIND alone builds. Keys take dashes or underscores.
 
 Examples:
 
-  fabricscope topo build rail-optimized servers=128 -o rail-1k.yaml
+  fabricscope topo build rail-optimized:servers=128 -o rail-1k.yaml
 
-  fabricscope topo build rail-optimized servers=4096 -o rail-32k.json   (3 tiers, 32,768 GPUs)
+  fabricscope topo build rail-optimized:servers=4096 -o rail-32k.json   (3 tiers, 32,768 GPUs)
 
-  fabricscope topo build multi-plane servers=64 planes=4 -o mp.yaml
+  fabricscope topo build multi-plane:servers=64,planes=4 -o mp.yaml
 
-  fabricscope topo build dual-tor servers=32 oversubscription=2 -o dt.yaml
+  fabricscope topo build dual-tor:servers=32,oversubscription=2 -o dt.yaml
 
-  fabricscope topo build leaf-spine leaves=32 hosts_per_leaf=32 spines=8 -o ls.yaml   (4:1)
+  fabricscope topo build leaf-spine:leaves=32,hosts_per_leaf=32,spines=8 -o ls.yaml   (4:1)
 
-  fabricscope topo build fat-tree k=16 -o ft.yaml
+  fabricscope topo build fat-tree:k=16 -o ft.yaml
 
-  fabricscope topo build fat-tree pods=16 tors_per_pod=8 aggs_per_pod=8 hosts_per_tor=8 cores_per_plane=8 -o htsim-1024.yaml
+  fabricscope topo build fat-tree:pods=16,tors_per_pod=8,aggs_per_pod=8,hosts_per_tor=8,cores_per_plane=8 -o htsim-1024.yaml
+
+  fabricscope topo build leaf-spine -o ls-default.yaml   (defaults: 8 leaves x 8 hosts, 4 spines)
 
   fabricscope topo build rail-optimized --params
 """
@@ -48,7 +49,7 @@ def register(app: typer.Typer) -> None:
     topo = typer.Typer(
         help="Build fabric inventories (leaf-spine, fat tree, rail-optimized, multi-plane, "
         "dual-ToR) and summarize them.\n\nExamples:\n\n"
-        "  fabricscope topo build rail-optimized servers=128 -o rail-1k.yaml\n\n"
+        "  fabricscope topo build rail-optimized:servers=128 -o rail-1k.yaml\n\n"
         "  fabricscope topo show rail-1k.yaml",
         no_args_is_help=True,
     )
@@ -56,8 +57,8 @@ def register(app: typer.Typer) -> None:
 
     @topo.command("build", help=_BUILD_HELP)
     def build(
-        kind: str = typer.Argument(..., help="leaf-spine | fat-tree | rail-optimized | multi-plane | dual-tor"),
-        params: list[str] | None = typer.Argument(None, help="Builder parameters as KEY=VALUE."),
+        kind: str = typer.Argument(..., metavar="SPEC", help="KIND[:KEY=VALUE,...]; KIND: leaf-spine | fat-tree | rail-optimized | multi-plane | dual-tor"),
+        params: list[str] | None = typer.Argument(None, hidden=True, help="Older form: parameters as separate KEY=VALUE words."),
         out: Path | None = typer.Option(None, "--out", "-o", help="Inventory file to write (.yaml/.yml/.json)."),
         list_params: bool = typer.Option(False, "--params", help="List KIND's parameters and defaults, then exit."),
     ) -> None:
@@ -65,12 +66,13 @@ def register(app: typer.Typer) -> None:
 
         from rich.console import Console
 
-        from fabricscope.fabric.catalog import build_fabric, builder_parameters, parse_params
+        from fabricscope.fabric.catalog import build_fabric, builder_parameters, parse_fabric_spec
         from fabricscope.fabric.io import write_fabric
         from fabricscope.fabric.summary import summarize
         from fabricscope.model.errors import ConfigError
 
-        console = Console(highlight=False)
+        console = Console(highlight=False, soft_wrap=True)  # piped: one line, not wrapped at 80
+        kind, given = parse_fabric_spec([kind, *(params or [])], source="topo build")
         if list_params:
             for name, (tp, default) in builder_parameters(kind).items():
                 shown = "required" if default is inspect.Parameter.empty else f"default {default}"
@@ -78,9 +80,10 @@ def register(app: typer.Typer) -> None:
             return
         if out is None:
             raise ConfigError("topo build: --out FILE is required (.yaml, .yml or .json)")
-        with console.status(f"building {kind} ..."):
-            fabric = build_fabric(kind, parse_params(params or [], source=f"topo build {kind}"),
-                                  source=f"topo build {kind}")
+        # Spinner on stderr (stdout is the result line); rich draws it only on a terminal.
+        with Console(stderr=True).status(f"building {kind} ...") as status:
+            fabric = build_fabric(kind, given, source=f"topo build {kind}")
+            status.update(f"writing {out} ({len(fabric.links):,} links) ...")
             write_fabric(fabric, out)
         s = summarize(fabric)
         console.print(
@@ -121,7 +124,7 @@ def _print_summary(s: dict[str, object]) -> None:
     from rich.table import Table
 
     t = Table(title=f"{s['name']} ({s['kind']}, {s['tiers']} tiers)", show_header=False)
-    t.add_column("what", style="bold")
+    t.add_column("what", style="bold", no_wrap=True)  # the subject stays whole; values fold
     t.add_column("value")
     t.add_row("GPUs", f"{s['gpus']:,}")
     t.add_row("hosts", f"{s['hosts']:,}")
@@ -140,4 +143,7 @@ def _print_summary(s: dict[str, object]) -> None:
     assert isinstance(over, dict)
     for tier, ratio in over.items():
         t.add_row(f"oversubscription {tier}", f"{ratio:g}:1")
-    Console(highlight=False).print(t)
+    console = Console(highlight=False)
+    if not console.is_terminal:  # piped: as wide as the table needs, not wrapped at 80
+        console = Console(highlight=False, width=400)
+    console.print(t)

@@ -106,9 +106,9 @@ def _fits(source: str, what: str, radix: int, *, down: int, up: int, why: str) -
 
 def leaf_spine_fabric(
     *,
-    leaves: int,
-    hosts_per_leaf: int,
-    spines: int,
+    leaves: int = 8,
+    hosts_per_leaf: int = 8,
+    spines: int = 4,
     links_per_spine: int = 1,
     nics_per_host: int = 1,
     host_gbps: float = 100.0,
@@ -121,10 +121,12 @@ def leaf_spine_fabric(
     every spine; oversubscription = (hosts_per_leaf * nics * host_gbps) /
     (spines * links_per_spine * uplink_gbps). Hosts have ``nics_per_host`` NICs/GPUs, all on
     the host's leaf. With ``radix`` (ports per switch), a leaf or spine that would need more
-    ports is rejected.
+    ports is rejected. Default: 8 leaves x 8 hosts, 4 spines (2:1 at the leaf).
 
     >>> leaf_spine_fabric(leaves=8, hosts_per_leaf=8, spines=8).gpu_count
     64
+    >>> leaf_spine_fabric().name
+    'leafspine-8x8-s4'
     """
     src = "leaf_spine_fabric"
     for k, v in (("leaves", leaves), ("hosts_per_leaf", hosts_per_leaf), ("spines", spines),
@@ -185,12 +187,16 @@ def fat_tree_fabric(
     every agg in its pod. The 1024-host reference fabric of SIMULATION.md is
     ``pods=16, tors_per_pod=8, aggs_per_pod=8, hosts_per_tor=8, cores_per_plane=8``.
     With ``radix`` (ports per switch; a k-ary tree needs k), a switch that would need more
-    ports is rejected.
+    ports is rejected. With no parameter at all: ``k=8`` (128 hosts).
 
     >>> fat_tree_fabric(k=4).gpu_count
     16
+    >>> fat_tree_fabric().gpu_count
+    128
     """
     src = "fat_tree_fabric"
+    if k is None and (pods, tors_per_pod, aggs_per_pod, hosts_per_tor, cores_per_plane) == (None,) * 5:
+        k = 8
     if k is not None:
         if k < 2 or k % 2:
             raise InventoryError(f"{src}: k: must be an even integer >= 2, got {k!r}")

@@ -139,6 +139,28 @@ def build_fabric(kind: str, params: Mapping[str, Any] | None = None, *, source: 
         raise InventoryError(f"{source}: {kind}: {exc}") from None
 
 
+def parse_fabric_spec(spec: str | list[str], *, source: str = "topology") -> tuple[str, dict[str, str]]:
+    """A fabric spec ``KIND[:KEY=VALUE,...]`` -> ``(kind, {key: value})``: the one syntax of
+    ``topo build`` and ``sim --topo``.
+
+    Also accepted, for the command lines written before: the parameters as separate words
+    (``["rail-optimized", "servers=128"]`` or ``"rail-optimized servers=128"``), and mixed.
+
+    >>> parse_fabric_spec("rail-optimized:servers=128,planes=2")
+    ('rail-optimized', {'servers': '128', 'planes': '2'})
+    >>> parse_fabric_spec(["leaf-spine", "leaves=4"])
+    ('leaf-spine', {'leaves': '4'})
+    """
+    words = spec.split() if isinstance(spec, str) else [w for item in spec for w in item.split()]
+    if not words:
+        raise InventoryError(f"{source}: expected KIND[:KEY=VALUE,...], got {spec!r}")
+    kind, _, first = words[0].partition(":")
+    if not kind.strip() or "=" in kind:
+        raise InventoryError(f"{source}: expected KIND[:KEY=VALUE,...] (KIND first), got {spec!r}")
+    items = [x for w in [first, *words[1:]] for x in w.split(",") if x.strip()]
+    return kind.strip(), parse_params(items, source=source)
+
+
 def parse_params(items: list[str], *, source: str = "topology") -> dict[str, str]:
     """``["servers=128", "planes=2"]`` -> ``{"servers": "128", "planes": "2"}``."""
     out: dict[str, str] = {}

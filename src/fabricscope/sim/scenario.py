@@ -496,7 +496,9 @@ def scenario_from_flags(
     if Path(topo).suffix.lower() in (".yaml", ".yml", ".json") or Path(topo).is_file():
         data["topology"] = {"file": topo}
     else:
-        kind, params = parse_kv_spec(topo, field_="--topo", source=src)
+        from fabricscope.fabric.catalog import parse_fabric_spec
+
+        kind, params = parse_fabric_spec(topo, source=f"{src}: --topo")
         data["topology"] = {"kind": kind, "params": params}
     wkind, wparams = parse_kv_spec(workload, field_="--workload", source=src)
     data["workload"] = {"kind": wkind, **wparams}
