@@ -101,12 +101,60 @@ class EventTable:
         ], schema=_EV_SCHEMA)
 
 
-class TelemetryStore:
-    """One DuckDB file (``":memory:"`` for tests) with the telemetry and findings tables."""
+def insert_table(con: duckdb.DuckDBPyConnection, path: str, table: pa.Table) -> None:
+    """Insert an Arrow table in the ``telemetry`` schema (one columnar insert)."""
+    if table.schema != _EV_SCHEMA:
+        raise TransportError(f"duckdb {path}: batch schema {table.schema} is not the telemetry schema")
+    try:
+        con.register("_batch", table)
+        con.execute("INSERT INTO telemetry SELECT * FROM _batch")
+        con.unregister("_batch")
+    except duckdb.Error as exc:
+        raise TransportError(f"duckdb {path}: insert failed: {exc}") from exc
 
-    def __init__(self, path: str | Path = ":memory:") -> None:
+
+def insert_findings(con: duckdb.DuckDBPyConnection, path: str, findings: Sequence[Finding]) -> None:
+    try:
+        con.executemany(
+            "INSERT INTO findings VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(f.kind, f.subject, f.score, f.window[0], f.window[1], json.dumps(list(f.evidence)),
+              f.action, json.dumps(dict(f.details))) for f in findings],
+        )
+    except duckdb.Error as exc:
+        raise TransportError(f"duckdb {path}: insert failed: {exc}") from exc
+
+
+def findings_of(con: duckdb.DuckDBPyConnection) -> list[Finding]:
+    """Every finding of a store connection (a TelemetryStore's or :func:`open_readonly`'s)."""
+    rows = con.execute(
+        "SELECT kind, subject, score, start_ns, end_ns, evidence, action, details FROM findings ORDER BY start_ns"
+    ).fetchall()
+    return [Finding(k, s, sc, (a, b), tuple(json.loads(ev)), act, json.loads(det))
+            for k, s, sc, a, b, ev, act, det in rows]
+
+
+def open_readonly(path: str | Path, *, wait_s: float = 10.0) -> duckdb.DuckDBPyConnection:
+    """Read a store while a collector writes it: views ``telemetry`` and ``findings``.
+
+    See :func:`fabricscope.store.rolling.open_readonly` (main file + closed partitions,
+    all attached read-only).
+    """
+    from fabricscope.store.rolling import open_readonly as _open
+
+    return _open(path, wait_s=wait_s)
+
+
+class TelemetryStore:
+    """One DuckDB file (``":memory:"`` for tests) with the telemetry and findings tables.
+
+    It holds the file exclusively (DuckDB: one process per file). A collector that must be
+    queried while it runs writes a :class:`~fabricscope.store.rolling.RollingTelemetryStore`
+    instead, and readers use :func:`open_readonly`.
+    """
+
+    def __init__(self, path: str | Path = ":memory:", *, wait_s: float = 0.0) -> None:
         self.path = str(path)
-        self.con = open_db(self.path, SCHEMA)
+        self.con = open_db(self.path, SCHEMA, wait_s=wait_s)
         self.events_table = EventTable()
         self.rows = 0
 
@@ -116,27 +164,12 @@ class TelemetryStore:
 
     def write_table(self, table: pa.Table) -> None:
         """Insert an Arrow table in the ``telemetry`` schema (one columnar insert)."""
-        if table.schema != _EV_SCHEMA:
-            raise TransportError(f"duckdb {self.path}: batch schema {table.schema} is not the telemetry schema")
-        try:
-            self.con.register("_batch", table)
-            self.con.execute("INSERT INTO telemetry SELECT * FROM _batch")
-            self.con.unregister("_batch")
-        except duckdb.Error as exc:
-            raise TransportError(f"duckdb {self.path}: insert failed: {exc}") from exc
+        insert_table(self.con, self.path, table)
         self.rows += table.num_rows
 
     def write_findings(self, findings: Sequence[Finding]) -> None:
-        if not findings:
-            return
-        try:
-            self.con.executemany(
-                "INSERT INTO findings VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(f.kind, f.subject, f.score, f.window[0], f.window[1], json.dumps(list(f.evidence)),
-                  f.action, json.dumps(dict(f.details))) for f in findings],
-            )
-        except duckdb.Error as exc:
-            raise TransportError(f"duckdb {self.path}: insert failed: {exc}") from exc
+        if findings:
+            insert_findings(self.con, self.path, findings)
 
     def count(self, table: str = "telemetry") -> int:
         if table not in ("telemetry", "findings"):
@@ -145,11 +178,7 @@ class TelemetryStore:
         return int(row[0]) if row else 0
 
     def findings(self) -> list[Finding]:
-        rows = self.con.execute(
-            "SELECT kind, subject, score, start_ns, end_ns, evidence, action, details FROM findings ORDER BY start_ns"
-        ).fetchall()
-        return [Finding(k, s, sc, (a, b), tuple(json.loads(ev)), act, json.loads(det))
-                for k, s, sc, a, b, ev, act, det in rows]
+        return findings_of(self.con)
 
     def close(self) -> None:
         self.con.close()

@@ -12,11 +12,15 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from fabricscope.model.errors import ConfigError, TransportError
 from fabricscope.model.records import Finding, TelemetryEvent
 from fabricscope.telemetry.prometheus import MetricSample, MetricsServer, MetricsState, metric_name
+
+if TYPE_CHECKING:
+    from fabricscope.store.rolling import RollingTelemetryStore
+    from fabricscope.store.telemetry import TelemetryStore
 
 __all__ = ["DuckDBSink", "JsonLinesSink", "MemorySink", "PrometheusSink", "Sink", "build_sink", "metric_name"]
 
@@ -45,10 +49,25 @@ class MemorySink:
 
 
 class DuckDBSink:
-    def __init__(self, path: str = "telemetry.duckdb") -> None:
+    """Events and findings into DuckDB.
+
+    ``roll_interval`` > 0 (the default, 60 s): rolling partitions that other processes can
+    query while the collector runs (:func:`fabricscope.store.telemetry.open_readonly`,
+    ``fabricscope gnmi query``), folded into ``path`` when no reader holds it and at close.
+    0: one file held exclusively for the whole run (nobody else can open it meanwhile).
+    """
+
+    def __init__(self, path: str = "telemetry.duckdb", roll_interval: float = 60.0) -> None:
+        if not isinstance(path, str):
+            raise ConfigError(f"duckdb sink: path: expected a file path (a string), got {type(path).__name__}")
+        from fabricscope.store.rolling import RollingTelemetryStore
         from fabricscope.store.telemetry import TelemetryStore
 
-        self.store = TelemetryStore(path)
+        self.store: TelemetryStore | RollingTelemetryStore
+        if roll_interval > 0 and path != ":memory:":
+            self.store = RollingTelemetryStore(path, roll_interval_s=roll_interval)
+        else:
+            self.store = TelemetryStore(path)
 
     def write(self, events: Sequence[TelemetryEvent], findings: Sequence[Finding]) -> None:
         self.store.write_events(events)
