@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -66,6 +67,10 @@ def register(app: typer.Typer) -> None:
         _check_analyze_args(inventory=inventory, placement=placement, plot=plot, top=top)
 
         console = Console(stderr=as_json)
+        if not console.is_terminal:
+            # Piped or redirected: no terminal width to respect, so lines are not wrapped
+            # (a grep or a log file wants one line per item, not Rich's default 80).
+            console = Console(stderr=as_json, width=_PIPE_WIDTH, soft_wrap=True)
         with console.status("reading traces and localizing ..."):
             res, report = analyze_paths(paths, inventory=inventory, placement=placement)
         if plot is not None:
@@ -114,6 +119,7 @@ def register(app: typer.Typer) -> None:
                    f"--inventory {outdir}/inventory.json")
 
 
+_PIPE_WIDTH = 4096
 # A twin larger than this is not a CLI experiment (32k GPUs is the scale the twin targets).
 _MAX_TWIN_RANKS = 32768
 _MAX_TWIN_ITERATIONS = 10_000
@@ -159,6 +165,31 @@ def _check_twin_args(*, fault: str, dp: int, tp: int, pp: int, iterations: int, 
         raise ConfigError(f"--comm {comm!r}: unknown; choose engine or alpha-beta")
 
 
+def _print_findings(console: object, findings: list[Any]) -> None:
+    """Findings as indented blocks, not table cells: at 80 columns a six-column table folds
+    one finding's evidence into ~40 lines; a block keeps it within a screen (~12 lines)."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    assert isinstance(console, Console)
+    console.print("[bold]findings (ranked)[/]")
+    for k, f in enumerate(findings, 1):
+        color = "yellow" if f.kind == "imbalance" else "red"
+        head = Text(f"{k:>2}. ")
+        head.append(f.kind, style=color)
+        head.append(f"  {f.subject}  probability {f.score:.3f}", style="bold")
+        console.print(head)
+        body = Table.grid(padding=(0, 1))
+        body.add_column(justify="right", width=4)
+        body.add_column(overflow="fold")
+        for line in f.evidence:
+            body.add_row("-", Text(line))
+        if f.action:
+            body.add_row(">", Text(f"action: {f.action}"))
+        console.print(body)
+
+
 def _print_report(console: object, report: object, *, top: int, n_rows: int) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -175,15 +206,8 @@ def _print_report(console: object, report: object, *, top: int, n_rows: int) -> 
                       + (" ..." if len(its.irregular) > 12 else ""))
     if its.change_points:
         console.print(f"change points at iterations: {', '.join(map(str, its.change_points))}")
-    table = Table(title="findings (ranked)", show_lines=True)
-    for col in ("#", "kind", "subject", "probability", "evidence", "action"):
-        table.add_column(col, overflow="fold")
-    for k, f in enumerate(report.findings, 1):
-        color = "yellow" if f.kind == "imbalance" else "red"
-        table.add_row(str(k), f"[{color}]{f.kind}[/]", f.subject, f"{f.score:.3f}",
-                      "\n".join(f.evidence), f.action)
     if report.findings:
-        console.print(table)
+        _print_findings(console, report.findings)
     else:
         console.print("[green]no culprit: no device or imbalance explains the timings[/]")
     if report.candidates:
