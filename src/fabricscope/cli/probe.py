@@ -14,7 +14,12 @@ under its leaf, the same rail on other leaves, a rotating cross-pod sample, with
 source ports per peer to cover every ECMP path with 99% probability; re-drawn every epoch.
 The responder listens on UDP 47910 of each NIC address. Samples go to DuckDB and/or JSON lines:
 one --db file per agent (DuckDB has one writer per file); `probe analyze --db A --db B` merges them.
-Final counters include foreign/malformed packets the responder ignored, per reason.
+Every --stats-interval seconds a self-metrics line goes to stderr (probes sent, answered,
+lost, stored, send errors, kernel receive-buffer drops, packets rejected per reason); the
+final counters are one JSON line on stdout. SIGINT / SIGTERM stop sending, wait up to
+--shutdown-timeout for replies in flight, store every probe sent (the rest as lost) and exit
+130 / 143; a second signal cuts the wait short. A second agent on the same address fails
+to bind (exit 2) instead of sharing the port.
 
 Examples:
 
@@ -62,8 +67,14 @@ def register(app: typer.Typer) -> None:
         epoch: float = typer.Option(30.0, help="seconds between plan re-draws"),
         db: Path | None = typer.Option(None, help="DuckDB file to append samples to"),
         jsonl: Path | None = typer.Option(None, help="JSON lines file to append samples to"),
+        stats_interval: float = typer.Option(10.0, "--stats-interval",
+                                             help="seconds between self-metrics log lines on stderr (0: off)"),
+        shutdown_timeout: float = typer.Option(5.0, "--shutdown-timeout",
+                                               help="on SIGINT/SIGTERM, the longest wait for replies in flight (s)"),
     ) -> None:
         import asyncio
+        import signal
+        import sys
 
         from fabricscope.fabric.io import read_fabric
         from fabricscope.model.errors import ConfigError
@@ -73,15 +84,21 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("probe agent: give --db FILE and/or --jsonl FILE for the samples")
         if rate <= 0:
             raise ConfigError(f"probe agent: --rate must be > 0, got {rate}")
+        if shutdown_timeout < 0 or stats_interval < 0:
+            raise ConfigError("probe agent: --shutdown-timeout and --stats-interval must be >= 0")
         fabric = read_fabric(inventory)
         try:
-            totals = asyncio.run(run_agent(fabric, self_id, seed=seed, rate_pps=rate,
-                                           duration_s=duration, epoch_s=epoch, db=db, jsonl=jsonl,
-                                           echo=typer.echo))
-        except KeyboardInterrupt:
-            typer.echo("stopped")
-            return
-        typer.echo(json.dumps(totals))
+            snap = asyncio.run(run_agent(fabric, self_id, seed=seed, rate_pps=rate, duration_s=duration,
+                                         epoch_s=epoch, db=db, jsonl=jsonl,
+                                         log=lambda m: typer.echo(m, err=True),
+                                         stats_every_s=stats_interval, shutdown_timeout_s=shutdown_timeout,
+                                         handle_signals=True))
+        except KeyboardInterrupt:  # Ctrl-C before the agent's own handler was installed: nothing sent yet
+            typer.echo("probe agent: interrupted before start", err=True)
+            sys.exit(130)
+        typer.echo(json.dumps(snap.as_dict()))
+        if snap.stopped_by is not None:  # 130 / 143: stopped by SIGINT / SIGTERM, all samples kept
+            sys.exit(128 + int(signal.Signals[snap.stopped_by]))
 
     @grp.command("analyze", help=_ANALYZE_HELP)
     def analyze_cmd(

@@ -10,16 +10,20 @@ localizer accepts (it then blames the links shared by the lossy flows' candidate
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.fabric.routing import Routing
 from fabricscope.model.errors import ConfigError
 from fabricscope.model.records import Finding, FiveTuple, ProbeSample
-from fabricscope.probe.agent import Prober, Responder
+from fabricscope.probe.agent import Counters, Prober, Responder
 from fabricscope.probe.analysis import Baseline, Observations, analyze
 from fabricscope.probe.localize import PathModel
 from fabricscope.probe.plan import plan_probes
@@ -38,91 +42,280 @@ def self_nics(fabric: Fabric, self_id: str) -> list[str]:
     raise ConfigError(f"--self {self_id!r}: is a {d.role}, expected a host or a NIC")
 
 
+@dataclass(frozen=True)
+class AgentSnapshot:
+    """Self-metrics of a running probe agent (all NICs, all epochs so far), cheap to take.
+
+    ``probes_sent`` = ``probes_answered + probes_lost + probes_pending``, and every answered or
+    lost probe is a stored (or buffered) sample: ``samples_stored + samples_buffered`` equals
+    ``probes_answered + probes_lost``. ``rejected`` is keyed ``responder/<reason>`` and
+    ``prober/<reason>`` (reasons of :mod:`fabricscope.probe.wire`, plus ``foreign-session``
+    and ``late``). ``kernel_drops``: datagrams the kernel discarded for a full receive buffer.
+    """
+
+    nics: tuple[str, ...]
+    flows: int
+    probes_sent: int
+    probes_answered: int
+    probes_lost: int
+    probes_pending: int
+    send_errors: int
+    samples_stored: int
+    samples_buffered: int
+    responder_received: int
+    responder_answered: int
+    rejected: Mapping[str, int]
+    kernel_drops: int
+    stopped_by: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready counters (the agent's final summary line)."""
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["nics"] = list(self.nics)
+        d["rejected"] = dict(sorted(self.rejected.items()))
+        return d
+
+    def line(self) -> str:
+        """One log line: what the agent did so far."""
+        rej = " ".join(f"{k}={v}" for k, v in sorted(self.rejected.items())) or "none"
+        return (f"probe agent: sent {self.probes_sent} answered {self.probes_answered} "
+                f"lost {self.probes_lost} pending {self.probes_pending} stored {self.samples_stored} "
+                f"send_errors {self.send_errors} kernel_drops {self.kernel_drops} rejected {rej}")
+
+    def prometheus(self) -> list[tuple[str, dict[str, str], float]]:
+        """(metric name, labels, value) for a Prometheus exporter (all counters, one gauge)."""
+        out: list[tuple[str, dict[str, str], float]] = [
+            ("fabricscope_probe_sent_total", {}, self.probes_sent),
+            ("fabricscope_probe_answered_total", {}, self.probes_answered),
+            ("fabricscope_probe_lost_total", {}, self.probes_lost),
+            ("fabricscope_probe_pending", {}, self.probes_pending),
+            ("fabricscope_probe_send_errors_total", {}, self.send_errors),
+            ("fabricscope_probe_samples_stored_total", {}, self.samples_stored),
+            ("fabricscope_probe_responder_received_total", {}, self.responder_received),
+            ("fabricscope_probe_responder_answered_total", {}, self.responder_answered),
+            ("fabricscope_probe_kernel_drops_total", {}, self.kernel_drops),
+        ]
+        for key, n in sorted(self.rejected.items()):
+            role, _, reason = key.partition("/")
+            out.append(("fabricscope_probe_rejected_total", {"role": role, "reason": reason}, n))
+        return out
+
+
+class ProbeAgent:
+    """Responders and probers for ``self_id``'s NICs, the plan re-drawn every epoch, samples
+    to DuckDB and/or JSON lines; :meth:`snapshot` while it runs, a bounded shutdown.
+
+    :meth:`stop` (SIGINT / SIGTERM when ``handle_signals``) ends sending, waits for the
+    replies in flight until ``shutdown_timeout_s`` (a second stop cuts the wait short), reports
+    the rest as lost, flushes every sample and closes the outputs.
+    """
+
+    def __init__(self, fabric: Fabric, self_id: str, *, seed: int = 0, rate_pps: float = 100.0,
+                 duration_s: float = 0.0, epoch_s: float = 30.0, db: Path | None = None,
+                 jsonl: Path | None = None, echo: Callable[[str], None] = print,
+                 log: Callable[[str], None] | None = None, flush_every: int = 2000,
+                 stats_every_s: float = 10.0, shutdown_timeout_s: float = 5.0,
+                 drain_s: float = 1.0) -> None:
+        self.fabric = fabric
+        self.nics = self_nics(fabric, self_id)
+        for n in self.nics:
+            if fabric.devices[n].address is None:
+                raise ConfigError(f"inventory {fabric.name}: NIC {n} has no address")
+        self.seed, self.rate_pps, self.duration_s, self.epoch_s = seed, rate_pps, duration_s, epoch_s
+        self.db, self.jsonl = db, jsonl
+        self.echo = echo
+        self.log = log or echo
+        self.flush_every = flush_every
+        self.stats_every_s = stats_every_s
+        self.shutdown_timeout_s = shutdown_timeout_s
+        self.drain_s = drain_s
+        self.stopped_by: str | None = None
+        self._stop = asyncio.Event()
+        self._hurry = asyncio.Event()
+        self._responders: list[Responder] = []
+        self._probers: list[Prober] = []
+        self._done = Counters()  # probers of finished epochs
+        self._done_answered = self._done_lost = 0
+        self._stored = 0
+        self._buf: list[tuple[ProbeSample, int]] = []
+        self._store: ProbeStore | None = None
+        self._fh: IO[str] | None = None
+
+    # -- outputs -------------------------------------------------------------------------
+    def _open_outputs(self) -> None:
+        """Open --db / --jsonl before any socket or probe: a bad path is one line, not lost work."""
+        for opt, path in (("--db", self.db), ("--jsonl", self.jsonl)):
+            if path is not None and not path.parent.is_dir():
+                raise ConfigError(f"probe agent: {opt} {path}: folder {path.parent} does not exist")
+        if self.jsonl is not None:
+            try:
+                self._fh = open(self.jsonl, "a", encoding="utf-8")  # noqa: SIM115
+            except OSError as exc:
+                raise ConfigError(f"probe agent: --jsonl {self.jsonl}: cannot open for appending: "
+                                  f"{exc.strerror}") from None
+        if self.db is not None:
+            try:
+                self._store = ProbeStore(self.db)
+            except Exception as exc:  # duckdb raises its own types: name the file, not the driver
+                self._close_outputs()
+                raise ConfigError(f"probe agent: --db {self.db}: cannot open: {exc}") from None
+
+    def _close_outputs(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def _flush(self) -> None:
+        if not self._buf:
+            return
+        if self._store is not None:
+            self._store.insert([s for s, _ in self._buf], [st for _, st in self._buf])
+        if self._fh is not None:
+            write_jsonl(self._buf, self._fh)
+            self._fh.flush()
+        self._stored += len(self._buf)
+        self._buf.clear()
+
+    def _sink(self, s: ProbeSample, status: int) -> None:
+        self._buf.append((s, status))
+        if len(self._buf) >= self.flush_every:
+            self._flush()
+
+    # -- control -------------------------------------------------------------------------
+    def stop(self, reason: str | None = None) -> None:
+        """Begin the graceful shutdown (idempotent; a second call skips the wait for replies)."""
+        if self._stop.is_set():
+            self._hurry.set()
+            return
+        if reason is not None:
+            self.stopped_by = reason
+        self._stop.set()
+
+    def snapshot(self) -> AgentSnapshot:
+        """The counters now (cheap: no syscall except the /proc drop read at stats time)."""
+        rejected: dict[str, int] = {}
+        for role, counters in (("prober", [self._done, *(p.counters for p in self._probers)]),
+                               ("responder", [r.counters for r in self._responders])):
+            for c in counters:
+                for reason, n in c.rejected.items():
+                    rejected[f"{role}/{reason}"] = rejected.get(f"{role}/{reason}", 0) + n
+        probers = self._probers
+        return AgentSnapshot(
+            nics=tuple(self.nics), flows=sum(p.flow_count for p in probers),
+            probes_sent=self._done.sent + sum(p.counters.sent for p in probers),
+            probes_answered=self._done_answered + sum(p.answered for p in probers),
+            probes_lost=self._done_lost + sum(p.lost for p in probers),
+            probes_pending=sum(p.pending for p in probers),
+            send_errors=self._done.send_errors + sum(p.counters.send_errors for p in probers),
+            samples_stored=self._stored, samples_buffered=len(self._buf),
+            responder_received=sum(r.counters.received for r in self._responders),
+            responder_answered=sum(r.counters.sent for r in self._responders),
+            rejected=rejected,
+            kernel_drops=(self._done.kernel_drops + sum(p.counters.kernel_drops for p in probers)
+                          + sum(r.counters.kernel_drops for r in self._responders)),
+            stopped_by=self.stopped_by)
+
+    def _refresh_drops(self) -> None:
+        for ep in (*self._probers, *self._responders):
+            ep.refresh_kernel_drops()
+
+    async def _end_epoch(self, deadline: float) -> None:
+        """Stop sending, wait for replies in flight (until ``deadline`` or a second stop), report."""
+        for p in self._probers:
+            await p.halt()
+        while (any(p.pending_replies for p in self._probers) and time.monotonic() < deadline
+               and not self._hurry.is_set()):
+            await asyncio.sleep(0.02)
+        await self._retire_probers()
+        self._flush()
+
+    async def _retire_probers(self) -> None:
+        """Stop the probers (their unanswered probes become lost samples) and keep their counts."""
+        for p in self._probers:
+            await p.stop()
+            self._done.sent += p.counters.sent
+            self._done.send_errors += p.counters.send_errors
+            self._done.kernel_drops += p.counters.kernel_drops
+            for reason, n in p.counters.rejected.items():
+                self._done.rejected[reason] = self._done.rejected.get(reason, 0) + n
+            self._done_answered += p.answered
+            self._done_lost += p.lost
+        self._probers = []
+
+    async def run(self, *, handle_signals: bool = False) -> AgentSnapshot:
+        """Probe until ``duration_s`` passes or :meth:`stop`; returns the final snapshot."""
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+        if handle_signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.add_signal_handler(sig, self.stop, signal.Signals(sig).name)
+                    installed.append(sig)
+        self._open_outputs()
+        t_end = time.monotonic() + self.duration_s if self.duration_s > 0 else None
+        epoch = int(time.time() // self.epoch_s)
+        try:
+            for n in self.nics:
+                addr = self.fabric.devices[n].address
+                assert addr is not None
+                self._responders.append(await Responder(addr).start())
+            next_stats = time.monotonic() + self.stats_every_s
+            while not self._stop.is_set():
+                for n in self.nics:
+                    plan = plan_probes(self.fabric, n, seed=self.seed, epoch=epoch,
+                                       budget_pps=self.rate_pps, epoch_s=self.epoch_s)
+                    self._probers.append(await Prober(n, plan.flows(self.fabric), self._sink,
+                                                      rate_pps=self.rate_pps).start())
+                self.log(f"epoch {epoch}: probing {sum(p.flow_count for p in self._probers)} flows "
+                         f"from {', '.join(self.nics)} at {self.rate_pps:g} probes/s per NIC")
+                next_epoch = (epoch + 1) * self.epoch_s
+                while not self._stop.is_set() and time.time() < next_epoch:
+                    if t_end is not None and time.monotonic() >= t_end:
+                        self._stop.set()
+                        break
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stop.wait(), 0.2)
+                    self._flush()
+                    if self.stats_every_s > 0 and time.monotonic() >= next_stats:
+                        self._refresh_drops()
+                        self.log(self.snapshot().line())
+                        next_stats += self.stats_every_s * max(1, int((time.monotonic() - next_stats)
+                                                                     // self.stats_every_s) + 1)
+                if self._stop.is_set():
+                    if self.stopped_by is not None:
+                        self.log(f"probe agent: {self.stopped_by}: stopping; waiting up to "
+                                 f"{min(self.drain_s, self.shutdown_timeout_s):g} s for replies in flight")
+                    await self._end_epoch(time.monotonic() + min(self.drain_s, self.shutdown_timeout_s))
+                else:
+                    await self._end_epoch(time.monotonic() + self.drain_s)
+                epoch += 1
+        finally:
+            await self._retire_probers()  # start-up failed half way, or cancelled: still report all
+            for r in self._responders:
+                await r.stop()
+            try:
+                self._flush()
+            finally:
+                self._close_outputs()
+                for sig in installed:
+                    loop.remove_signal_handler(sig)
+        snap = self.snapshot()
+        self.log(snap.line())
+        return snap
+
+
 async def run_agent(
     fabric: Fabric,
     self_id: str,
     *,
-    seed: int = 0,
-    rate_pps: float = 100.0,
-    duration_s: float = 0.0,
-    epoch_s: float = 30.0,
-    db: Path | None = None,
-    jsonl: Path | None = None,
-    echo: Callable[[str], None] = print,
-    flush_every: int = 2000,
-    stop: asyncio.Event | None = None,
-) -> dict[str, int]:
-    """Run responders and probers for ``self_id``'s NICs; re-draw the plan every epoch.
-
-    Stops after ``duration_s`` (0: until ``stop`` is set or cancelled). Returns counters.
-    """
-    nics = self_nics(fabric, self_id)
-    store = ProbeStore(db) if db is not None else None
-    fh = open(jsonl, "a", encoding="utf-8") if jsonl is not None else None  # noqa: SIM115
-    buf: list[tuple[ProbeSample, int]] = []
-    totals = {"samples": 0, "lost": 0, "foreign_or_malformed": 0}
-
-    def flush() -> None:
-        if not buf:
-            return
-        if store is not None:
-            store.insert([s for s, _ in buf], [st for _, st in buf])
-        if fh is not None:
-            write_jsonl(buf, fh)
-            fh.flush()
-        buf.clear()
-
-    def sink(s: ProbeSample, status: int) -> None:
-        buf.append((s, status))
-        totals["samples"] += 1
-        totals["lost"] += s.t_recv_ns is None
-        if len(buf) >= flush_every:
-            flush()
-
-    responders = []
-    for n in nics:
-        addr = fabric.devices[n].address
-        if addr is None:
-            raise ConfigError(f"inventory {fabric.name}: NIC {n} has no address")
-        responders.append(await Responder(addr).start())
-    stop = stop or asyncio.Event()
-    t_end = time.monotonic() + duration_s if duration_s > 0 else None
-    epoch = int(time.time() // epoch_s)
-    try:
-        while not stop.is_set():
-            probers = []
-            for n in nics:
-                plan = plan_probes(fabric, n, seed=seed, epoch=epoch, budget_pps=rate_pps,
-                                   epoch_s=epoch_s)
-                probers.append(await Prober(n, plan.flows(fabric), sink, rate_pps=rate_pps).start())
-            echo(f"epoch {epoch}: probing {sum(len(p._flow_specs) for p in probers)} flows from "
-                 f"{', '.join(nics)} at {rate_pps:g} probes/s per NIC")
-            next_epoch = (epoch + 1) * epoch_s
-            while not stop.is_set() and time.time() < next_epoch:
-                if t_end is not None and time.monotonic() >= t_end:
-                    stop.set()
-                    break
-                await asyncio.sleep(0.2)
-                flush()
-            for p in probers:
-                await p.stop(drain_s=1.0)
-                for reason, cnt in p.counters.rejected.items():  # "late": a reply after the timeout (counted lost)
-                    key = f"prober_rejected_{reason}"
-                    totals[key] = totals.get(key, 0) + cnt
-            epoch += 1
-    finally:
-        for r in responders:
-            totals["foreign_or_malformed"] += sum(r.counters.rejected.values())
-            for reason, cnt in r.counters.rejected.items():  # per reason (magic, version, short, ...)
-                key = f"foreign_or_malformed_{reason}"
-                totals[key] = totals.get(key, 0) + cnt
-            await r.stop()
-        flush()
-        if store is not None:
-            store.close()
-        if fh is not None:
-            fh.close()
-    return totals
+    handle_signals: bool = False,
+    **kw: Any,
+) -> AgentSnapshot:
+    """Run a :class:`ProbeAgent` (keyword arguments as its constructor) until it stops."""
+    return await ProbeAgent(fabric, self_id, **kw).run(handle_signals=handle_signals)
 
 
 def read_paths(path: Path, fabric: Fabric) -> dict[tuple[str, str, int, int], tuple[int, ...]]:
