@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from gnmi_pb import gnmi_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fabricscope.model.errors import ConfigError
 from fabricscope.telemetry.codec import (
     Flattener,
     WireFlattener,
@@ -28,6 +31,7 @@ from fabricscope.telemetry.paths import (
     schema_name,
     tags_of,
 )
+from fuzzing import fuzz_settings
 
 names = st.from_regex(r"[a-z][a-z0-9\-]{0,12}", fullmatch=True)
 key_values = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
@@ -143,3 +147,92 @@ def test_flattener_emits_one_event_per_update_with_target_and_tags() -> None:
         ("/interfaces/interface/state/counters/in-octets", "leaf-1", {"interface_name": "eth1"}, 42, 5),
         ("/interfaces/interface/state/counters/in-octets", "leaf-1", {"interface_name": "eth1"}, 43, 5),
     ]
+
+
+# ---------------------------------------------------------------- fuzz (tests/fuzzing.py settings)
+_SPECIAL = "]=/\\:[*. \t"
+# Small fixed alphabets (no filters): ASCII letters, the grammar's special characters and a
+# few non-ASCII ones, so 10,000 examples stay quick on a shared CI core.
+_WORD = "abcxyz019-_.é中"
+fz_names = st.text(alphabet=_WORD + "=:*\\", min_size=1, max_size=8)
+fz_key_names = st.text(alphabet=_WORD + ":*\\", min_size=1, max_size=6)
+# key values may hold anything; bias towards the characters the grammar gives meaning to
+fz_values = st.text(alphabet=_WORD + _SPECIAL + "\n\x7f", max_size=8)
+fz_origins = st.one_of(st.just(""), st.text(alphabet=_WORD + "=*", min_size=1, max_size=6))
+fz_elems = st.builds(lambda n, ks: Elem(n, tuple(sorted(ks.items()))), fz_names,
+                     st.dictionaries(fz_key_names, fz_values, max_size=2))
+fz_paths = st.builds(lambda es, o: GPath(tuple(es), o), st.lists(fz_elems, max_size=4), fz_origins)
+
+
+@pytest.mark.slow
+@fuzz_settings()
+@given(fz_paths)
+def test_fuzz_parse_inverts_format_incl_special_key_values(p: GPath) -> None:
+    assert parse_path(format_path(p)) == p
+
+
+@pytest.mark.slow
+@fuzz_settings()
+@given(fz_paths, st.integers(0, 2**32 - 1))
+def test_fuzz_non_canonical_spellings_parse_to_the_same_path_and_format_canonically(
+        p: GPath, seed: int) -> None:
+    rnd = random.Random(seed)  # cheaper than st.randoms() for many small choices
+    # the spellings a user may type: surrounding blanks, a trailing '/', keys in any order,
+    # needless escapes, no leading '/' -- all mean the same path
+    parts = []
+    for e in p.elems:
+        keys = list(e.keys)
+        rnd.shuffle(keys)
+        ks = ""
+        for k, v in keys:
+            esc = "".join(("\\" + c) if c in "]\\" or rnd.random() < 0.2 else c for c in v)
+            ks += f"[{k}={esc}]"
+        parts.append(e.name + ks)
+    body = "/".join(parts)
+    lead = "/" if p.origin or not p.elems or ":" in p.elems[0].name or rnd.random() < 0.5 else ""
+    text = (f"{p.origin}:" if p.origin else "") + lead + body
+    if p.elems and rnd.random() < 0.5:
+        text += "/"
+    text = rnd.choice(["", " ", "\t"]) + text + rnd.choice(["", " ", "\n"])
+    got = parse_path(text)
+    assert got == p
+    assert format_path(got) == format_path(p)
+    assert format_path(parse_path(format_path(p))) == format_path(p)
+
+
+@pytest.mark.slow
+@fuzz_settings()
+@given(st.text(alphabet=_WORD + _SPECIAL + "\n\x00\u2028", max_size=40))
+def test_fuzz_arbitrary_text_is_a_path_or_one_config_error(text: str) -> None:
+    try:
+        p = parse_path(text, source="fuzz")
+    except ConfigError as exc:
+        assert str(exc).startswith("fuzz: ")
+        return
+    assert isinstance(p, GPath)
+    assert parse_path(format_path(p)) == p  # whatever parses, formats to something that parses back
+
+
+def test_regression_colon_space_slash_is_an_error_not_a_silent_rewrite() -> None:
+    # was parsed as element ': ' and formatted '/: ' which parsed back as ':'
+    with pytest.raises(PathSyntaxError, match="bad character ' '"):
+        parse_path(": /")
+    assert parse_path("/a:b") == GPath((Elem("a:b"),))
+    assert format_path(parse_path("oc:/a:b")) == "oc:/a:b"
+
+
+def test_errors_never_echo_a_huge_path_whole() -> None:
+    with pytest.raises(PathSyntaxError) as ei:
+        parse_path("/a" * 20_000 + "[")
+    assert len(str(ei.value)) < 400
+
+
+def test_match_is_polynomial_in_ellipses() -> None:
+    # backtracking took exponential time in the number of '...' (a hostile Subscribe)
+    leaf = parse_path("/a/b/c/d/e/f/g/h/i/j/k/l")
+    pat = GPath((*(Elem("...") if k % 2 == 0 else Elem("*") for k in range(40)), Elem("zz")))
+    assert not match(pat, leaf)
+    pat2 = GPath((*(Elem("...") for _ in range(200)), Elem("l")))
+    assert match(pat2, leaf, prefix=False)
+    assert match(parse_path("/.../c/.../f/..."), leaf, prefix=False)
+    assert not match(parse_path("/.../f/.../c"), leaf, prefix=False)

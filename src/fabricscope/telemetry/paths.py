@@ -61,8 +61,20 @@ class GPath:
         )
 
 
+def _bad_char(text: str, forbidden: str) -> str | None:
+    for c in text:
+        if c in forbidden or c.isspace():
+            return c
+    return None
+
+
 def parse_path(text: str, *, source: str = "path") -> GPath:
     """Parse a path string; raise :class:`PathSyntaxError` naming ``source`` and the position.
+
+    Surrounding whitespace is ignored, so element names, key names and the origin may not
+    contain whitespace (YANG identifiers never do); key values may hold anything, with
+    ``]`` and ``\\`` escaped by a backslash. For every string this accepts,
+    ``parse_path(format_path(parse_path(s))) == parse_path(s)``.
 
     >>> parse_path("/interfaces/interface[name=eth1]/state").elems[1].keys
     (('name', 'eth1'),)
@@ -74,6 +86,9 @@ def parse_path(text: str, *, source: str = "path") -> GPath:
     colon = s.find(":")
     if colon > 0 and (first_slash < 0 or colon < first_slash) and (first_br < 0 or colon < first_br):
         origin, s = s[:colon], s[colon + 1 :]
+        bad = _bad_char(origin, "]")
+        if bad is not None:
+            raise PathSyntaxError(f"{source}: {_clip(text)}: bad character {bad!r} in origin")
     if s in ("", "/"):
         return GPath((), origin)
     elems: list[Elem] = []
@@ -86,17 +101,21 @@ def parse_path(text: str, *, source: str = "path") -> GPath:
             i += 1
         name = s[name_start:i]
         if i < n and s[i] == "]":
-            raise PathSyntaxError(f"{source}: {text!r}: unexpected ']' at position {i}")
+            raise PathSyntaxError(f"{source}: {_clip(text)}: unexpected ']' at position {i}")
         if not name:
-            raise PathSyntaxError(f"{source}: {text!r}: empty element name at position {i}")
+            raise PathSyntaxError(f"{source}: {_clip(text)}: empty element name at position {i}")
+        bad = _bad_char(name, "")
+        if bad is not None:
+            raise PathSyntaxError(f"{source}: {_clip(text)}: bad character {bad!r} in element name "
+                                  f"at position {name_start}")
         keys: dict[str, str] = {}
         while i < n and s[i] == "[":
             eq = s.find("=", i)
             if eq < 0:
-                raise PathSyntaxError(f"{source}: {text!r}: key without '=' at position {i}")
+                raise PathSyntaxError(f"{source}: {_clip(text)}: key without '=' at position {i}")
             kname = s[i + 1 : eq]
-            if not kname or any(c in kname for c in "[]/"):
-                raise PathSyntaxError(f"{source}: {text!r}: bad key name {kname!r} at position {i}")
+            if not kname or _bad_char(kname, "[]/") is not None:
+                raise PathSyntaxError(f"{source}: {_clip(text)}: bad key name {_clip(kname)} at position {i}")
             j = eq + 1
             val: list[str] = []
             while j < n and s[j] != "]":
@@ -105,19 +124,26 @@ def parse_path(text: str, *, source: str = "path") -> GPath:
                 val.append(s[j])
                 j += 1
             if j >= n:
-                raise PathSyntaxError(f"{source}: {text!r}: unterminated key [{kname}=...")
+                raise PathSyntaxError(f"{source}: {_clip(text)}: unterminated key [{kname[:40]}=...")
             if kname in keys:
-                raise PathSyntaxError(f"{source}: {text!r}: duplicate key {kname!r} in {name!r}")
+                raise PathSyntaxError(f"{source}: {_clip(text)}: duplicate key {kname!r} in {_clip(name, 40)}")
             keys[kname] = "".join(val)
             i = j + 1
         elems.append(Elem(name, tuple(sorted(keys.items()))))
         if i < n:
             if s[i] != "/":
-                raise PathSyntaxError(f"{source}: {text!r}: expected '/' at position {i}")
+                raise PathSyntaxError(f"{source}: {_clip(text)}: expected '/' at position {i}")
             i += 1
             if i == n:
                 break  # trailing slash is harmless
     return GPath(tuple(elems), origin)
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    """``repr`` of ``text`` cut to ``limit`` characters: an error never echoes a megabyte path."""
+    if len(text) <= limit:
+        return repr(text)
+    return repr(text[:limit]) + f"...({len(text)} chars)"
 
 
 def _escape(v: str) -> str:
@@ -158,17 +184,23 @@ def match(pattern: GPath, path: GPath, *, prefix: bool = True) -> bool:
 
 
 def _match(pe: tuple[Elem, ...], i: int, xe: tuple[Elem, ...], j: int, prefix: bool) -> bool:
-    while i < len(pe):
-        p = pe[i]
+    # A set of reachable positions in ``xe`` instead of backtracking: O(len(pe) x len(xe))
+    # for any number of ``...`` (backtracking was exponential in them, a hostile pattern
+    # could pin the event loop). A pattern with more fixed elements than the path has
+    # cannot match at all, which rejects huge hostile patterns in O(len(pe)).
+    rest = pe[i:]
+    if sum(1 for p in rest if p.name != "...") > len(xe) - j:
+        return False
+    reach = {j}
+    n = len(xe)
+    for p in rest:
         if p.name == "...":
-            if i == len(pe) - 1:
-                return True
-            return any(_match(pe, i + 1, xe, k, prefix) for k in range(j, len(xe) + 1))
-        if j >= len(xe) or not _elem_match(p, xe[j]):
+            reach = set(range(min(reach), n + 1))
+        else:
+            reach = {k + 1 for k in reach if k < n and _elem_match(p, xe[k])}
+        if not reach:
             return False
-        i += 1
-        j += 1
-    return prefix or j == len(xe)
+    return prefix or n in reach
 
 
 def schema_name(path: GPath) -> str:
