@@ -222,3 +222,100 @@ def test_one_job_in_two_formats_is_read_once(tmp_path: Path) -> None:
     assert len(both.table) == len(k.table)
     assert len(both.unused) == 1 and "read once" in both.unused[0], both.unused
     assert "trace.jsonl" in both.unused[0]
+
+
+def _rewrite(path: Path, edit: object) -> None:
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    edit(doc)  # type: ignore[operator]
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+
+@pytest.mark.parametrize(("label", "edit", "needle"), [
+    ("ts-infinity", lambda d: d["traceEvents"][5].__setitem__("ts", float("inf")),
+     "event 5: ts inf is not a finite number"),
+    ("ts-1e400", lambda d: d["traceEvents"][5].__setitem__("ts", 1e400),
+     "ts inf is not a finite number"),
+    ("dur-nan", lambda d: d["traceEvents"][5].__setitem__("dur", float("nan")),
+     "dur nan is not a finite number"),
+    ("ts-2**64", lambda d: d["traceEvents"][5].__setitem__("ts", 2**64),
+     "out of range"),
+    ("rank-above-2**63", lambda d: d["distributedInfo"].__setitem__("rank", 2**63 + 1),
+     "distributedInfo.rank 9223372036854775809 is outside"),
+    ("rank-string", lambda d: d["distributedInfo"].__setitem__("rank", "2"),
+     "distributedInfo.rank '2' is not an integer"),
+    ("world-size-list", lambda d: d["distributedInfo"].__setitem__("world_size", [8]),
+     "distributedInfo.world_size [8] is not an integer"),
+    ("pp-rank-float", lambda d: d["distributedInfo"].__setitem__("pp_rank", 0.5),
+     "distributedInfo.pp_rank 0.5 is not an integer"),
+    ("distributed-info-list", lambda d: d.__setitem__("distributedInfo", [1]),
+     "distributedInfo [1] is not an object"),
+    ("base-time-string", lambda d: d.__setitem__("baseTimeNanoseconds", "now"),
+     "baseTimeNanoseconds 'now' is not an integer"),
+    ("trace-events-object", lambda d: d.__setitem__("traceEvents", {"a": 1}),
+     "traceEvents {'a': 1} is not a list"),
+])
+def test_one_bad_value_makes_that_file_unused_not_a_crash(
+    tmp_path: Path, label: str, edit: object, needle: str
+) -> None:
+    d = _twin_kineto(tmp_path)
+    bad = d / "kineto" / "rank2.json.gz"
+    _rewrite(bad, edit)
+    res = read_paths([d / "kineto"])
+    assert len(res.unused) == 1 and res.unused[0].startswith(str(bad)), res.unused
+    assert needle in res.unused[0], res.unused[0]
+    assert set(res.table.rank.tolist()) == set(range(8)) - {2}
+    assert any("missing rank(s) 2" in w for w in res.warnings)
+
+
+def test_compact_hostile_values_are_skipped_lines_naming_the_field() -> None:
+    row = {"rank": 0, "iteration": 0, "op": "x-compute", "seq": 0, "t_start_ns": 0,
+           "t_end_ns": 5}
+    lines = [json.dumps(row)]
+    for field, value in [("t_end_ns", "Infinity"), ("t_start_ns", "1e400"),
+                         ("rank", str(2**64)), ("iteration", "null"), ("op", "7"),
+                         ("group", '"0123"'), ("seq", "true"), ("bytes", "-1"),
+                         ("t_end_ns", "9" * 5000)]:
+        lines.append(json.dumps(row)[:-1] + f', "{field}": {value}}}'.replace(
+            f'"{field}": {json.dumps(row.get(field))}, ', ""))
+    lines.append('{"format": "fabricscope-optiming", "version": Infinity, "world_size": 1e400}')
+    res = parse_compact_lines(lines, source="t.jsonl")
+    assert res.table.rank.tolist() == [0]
+    skipped = [w for w in res.warnings if "skipped line" in w]
+    assert len(skipped) == 9, res.warnings
+    for w, field in zip(skipped, ["t_end_ns", "t_start_ns", "rank", "iteration", "op", "group",
+                                  "seq", "bytes", "t_end_ns"], strict=True):
+        assert field in w or "4300" in w or "digits" in w, w
+    assert "world_size" not in res.meta
+    assert any("version" in w for w in res.warnings)
+
+
+def test_bytedance_nulls_nan_and_wrong_types(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from fabricscope.straggler.readers import parse_bytedance
+
+    def table(**over: pa.Array) -> bytes:
+        n = 4
+        cols = {"dp_rank": pa.array([0, 0, 0, 0], pa.int8()), "stage": pa.array([0] * n),
+                "rank": pa.array([0] * n), "step": pa.array([0, 0, 1, 1]),
+                "optype": pa.array(["forward-compute"] * n),
+                "start_ts": pa.array([0.0, 0.1, 1.0, 1.1]),
+                "duration": pa.array([0.05] * n), "mb_id": pa.array([0, 1, 0, 1])}
+        cols.update(over)
+        sink = pa.BufferOutputStream()
+        pq.write_table(pa.table(cols), sink)
+        return bytes(sink.getvalue().to_pybytes())
+
+    res = parse_bytedance(table(rank=pa.array([0, None, 0, 0]),
+                                start_ts=pa.array([0.0, 0.1, float("nan"), 1.1]),
+                                step=pa.array([0, 0, 1, 2**40]),
+                                mb_id=pa.array([0, None, 0, 1])), source="t.parquet")
+    assert len(res.table) == 1  # rows 1 (null rank), 2 (NaN start), 3 (step > int32) skipped
+    text = "\n".join(res.warnings)
+    assert "row 1: rank not an integer" in text and "row 2: bad start_ts/duration" in text
+    assert "row 3: step not an integer" in text
+    with pytest.raises(TraceFormatError, match="column rank holds string, expected numbers"):
+        parse_bytedance(table(rank=pa.array(["a"] * 4)), source="t.parquet")
+    with pytest.raises(TraceFormatError, match="column optype holds int64, expected strings"):
+        parse_bytedance(table(optype=pa.array([1] * 4)), source="t.parquet")

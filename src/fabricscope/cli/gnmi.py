@@ -161,17 +161,27 @@ def register(app: typer.Typer) -> None:
         duration: float | None = typer.Option(None, "--duration", help="Stop after this many seconds."),
     ) -> None:
         import asyncio
+        import logging
         import signal
+        import sys
+
+        # gRPC's C core logs reconnect attempts on its own; the collector reports each
+        # condition once per interval instead (set GRPC_VERBOSITY to see gRPC's lines)
+        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+        os.environ.setdefault("GRPC_TRACE", "")
 
         from rich.console import Console
         from rich.table import Table
 
+        from fabricscope.model.errors import TransportError
         from fabricscope.telemetry.collector import Collector, CollectorStats
         from fabricscope.telemetry.config import load_config
         from fabricscope.telemetry.shards import ShardedCollector
 
         cfg = load_config(config)
         console = Console(highlight=False)
+        if not logging.getLogger().handlers:
+            logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
 
         def show(findings: list) -> None:  # type: ignore[type-arg]
             for f in findings:
@@ -184,26 +194,53 @@ def register(app: typer.Typer) -> None:
             col = Collector(cfg, on_findings=show)
         console.print(f"collecting from {len(cfg.targets)} target connection(s) "
                       f"({sum(len(t.names) for t in cfg.targets)} devices, {cfg.workers} worker(s)); Ctrl-C to stop")
+        signals: list[int] = []
+
+        def on_signal(sig: int) -> None:
+            # first signal: drain until shutdown.deadline, then spill; a second: spill now
+            signals.append(sig)
+            logging.getLogger("fabricscope.cli").warning(
+                "%s: stopping (%s)", signal.Signals(sig).name,
+                "deadline now" if len(signals) > 1 else f"draining for up to {cfg.shutdown_deadline_ns / 1e9:g}s")
+            col.stop()
+
         async def run() -> CollectorStats:
-            # SIGTERM (systemd, docker stop) and Ctrl-C stop the collector the same way: the
-            # receivers end and the writer drains the buffer into the sinks before exit.
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
-                    loop.add_signal_handler(sig, col.stop)
+                    loop.add_signal_handler(sig, on_signal, sig)
             return await col.run(duration_s=duration)
 
         try:
             stats = asyncio.run(run())
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # a Ctrl-C before the loop installed its handler
+            signals.append(signal.SIGINT)
             stats = col.stats
         finally:
             col.close()
-        tbl = Table("stream", "connects", "errors", "updates", "last error")
+        tbl = Table("stream", "state", "connects", "updates", "decode errors", "stale", "last error")
         for st in stats.targets.values():
-            tbl.add_row(st.name, str(st.connects), str(st.errors), str(st.updates), st.last_error[:60])
+            tbl.add_row(st.name, st.state, str(st.connects), str(st.updates), str(st.decode_errors), str(st.stale),
+                        st.last_error[:60])
         console.print(tbl)
-        console.print(f"received {stats.received}, written {stats.written}, findings {stats.findings}")
+        spilled = f" to {stats.spill_file}" if stats.spilled else ""
+        console.print(f"received {stats.received}, written {stats.written}, spilled {stats.spilled}{spilled}, "
+                      f"replayed {stats.replayed}, lost {stats.lost}, findings {stats.findings}")
+        if stats.lost:
+            raise TransportError(f"gnmi collect: {stats.lost} events were neither written nor spilled "
+                                 "(see the log above)")
+        if signals:
+            raise typer.Exit(130 if signals[0] == signal.SIGINT else 143)
+        if stats.received == 0:
+            addrs = ", ".join(sorted({t.address for t in cfg.targets}))
+            errs = [st.last_error for st in stats.targets.values() if st.last_error]
+            raise TransportError(f"gnmi collect: no updates received from {addrs}"
+                                 f"{f' in {duration:g}s' if duration else ''}; expected updates from every target"
+                                 f"{f' (last error: {errs[-1]})' if errs else ''}")
+        for st in stats.targets.values():
+            if st.updates == 0:
+                typer.secho(f"warning: {st.name}: no updates received"
+                            f"{f' ({st.last_error})' if st.last_error else ''}", err=True, fg=typer.colors.YELLOW)
 
     @gnmi.command("get", help=_h(_GET_HELP))
     def get_cmd(

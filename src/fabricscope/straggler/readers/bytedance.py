@@ -26,6 +26,7 @@ from fabricscope.straggler.readers.common import (
     MAX_TIME_NS,
     ReadResult,
     WarningLog,
+    clip,
     show,
 )
 from fabricscope.straggler.table import TableBuilder
@@ -51,7 +52,7 @@ def _numbers(tb: Any, name: str, source: str) -> npt.NDArray[np.float64]:
         return np.asarray(arr.to_numpy(), dtype=np.float64)
     except (pa.ArrowException, ValueError) as exc:
         raise TraceFormatError(f"{source}: column {name}: cannot read as numbers "
-                               f"({show(str(exc), 80)})") from exc
+                               f"({clip(str(exc), 80)})") from exc
 
 
 def _columns(tb: Any, source: str, log: WarningLog) -> dict[str, Any]:
@@ -116,7 +117,7 @@ def parse_bytedance(data: bytes, *, source: str = "<parquet>", job: str | None =
         tb = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise TraceFormatError(f"{source}: not a readable Parquet file "
-                               f"({show(str(exc), 100)})") from exc
+                               f"({clip(str(exc), 100)})") from exc
     missing = [c for c in _COLUMNS if c not in tb.column_names]
     if missing:
         raise TraceFormatError(f"{source}: not a ByteDance trace, missing column(s) "

@@ -39,12 +39,19 @@ def show(value: object, limit: int = 40) -> str:
     """A short, always-computable rendering of a hostile value for an error message."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
         return f"<integer of {value.bit_length()} bits>"
-    if isinstance(value, str | bytes | list | dict | tuple) and len(value) > limit:
-        return f"<{type(value).__name__} of length {len(value)}>"
+    if isinstance(value, str | bytes) and len(value) > limit:
+        return f"{value[: limit - 12]!r}... ({len(value)} chars)"
+    if isinstance(value, list | dict | tuple) and len(value) > limit:
+        return f"<{type(value).__name__} of {len(value)} items>"
     try:
         text = repr(value)
     except (ValueError, RecursionError):
         return f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def clip(text: str, limit: int = 100) -> str:
+    """``text`` cut to ``limit`` characters (an exception message quoting a hostile value)."""
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

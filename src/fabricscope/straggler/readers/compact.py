@@ -33,6 +33,7 @@ from fabricscope.straggler.readers.common import (
     WarningLog,
     as_int,
     as_ranks,
+    clip,
     show,
 )
 from fabricscope.straggler.table import OpTable, TableBuilder
@@ -124,7 +125,7 @@ def parse_compact_lines(lines: Iterable[str | bytes], *, source: str = "<lines>"
             rank = _row(b, obj)
             b.files.setdefault(rank, source)
         except (ValueError, TypeError, RecursionError) as exc:
-            log.add(f"{source}:{lineno}: skipped line ({show(str(exc), 100)})")
+            log.add(f"{source}:{lineno}: skipped line ({clip(str(exc), 100)})")
     log.close()
     return ReadResult(b.build(), warnings, [], meta)
 
@@ -166,7 +167,7 @@ def parse_compact_parquet(data: bytes, *, source: str = "<parquet>") -> ReadResu
         d = tb.to_pydict()
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise TraceFormatError(f"{source}: not a readable Parquet file "
-                               f"({show(str(exc), 100)})") from exc
+                               f"({clip(str(exc), 100)})") from exc
     job = (tb.schema.metadata or {}).get(b"job", b"job").decode("utf-8", "replace")
     b = TableBuilder(job)
     warnings: list[str] = []
@@ -177,7 +178,7 @@ def parse_compact_parquet(data: bytes, *, source: str = "<parquet>") -> ReadResu
             rank = _row(b, obj)
             b.files.setdefault(rank, source)
         except (ValueError, TypeError) as exc:
-            log.add(f"{source}: row {i}: skipped ({show(str(exc), 100)})")
+            log.add(f"{source}: row {i}: skipped ({clip(str(exc), 100)})")
     log.close()
     return ReadResult(b.build(), warnings)
 

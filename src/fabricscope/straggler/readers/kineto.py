@@ -36,6 +36,7 @@ from fabricscope.straggler.readers.common import (
     as_float,
     as_int,
     as_ranks,
+    clip,
     show,
 )
 from fabricscope.straggler.table import COMPUTE, TableBuilder
@@ -129,7 +130,7 @@ def load_chrome_trace(data: bytes, *, source: str, warnings: list[str]) -> dict[
                         f"({exc.msg}); salvaging events")
         return _salvage(text, source, warnings)
     except (ValueError, RecursionError) as exc:  # an int of > 4300 digits; nesting too deep
-        warnings.append(f"{source}: JSON not decodable ({show(str(exc), 60)}); salvaging events")
+        warnings.append(f"{source}: JSON not decodable ({clip(str(exc), 60)}); salvaging events")
         return _salvage(text, source, warnings)
     if isinstance(obj, list):
         return {"traceEvents": obj}
@@ -264,7 +265,7 @@ def parse_kineto(
             elif cat == "kernel":
                 busy.append((t0, t1))
         except (KeyError, TypeError, ValueError) as exc:
-            log.add(f"{source}: event {idx}: skipped ({show(str(exc), 80)})")
+            log.add(f"{source}: event {idx}: skipped ({clip(str(exc), 80)})")
     steps.sort()
 
     def iteration_of(t: int) -> int:
@@ -317,7 +318,7 @@ def parse_kineto(
                     raise TypeError(f"Collective name {show(op)} is not a string")
             except (TypeError, ValueError) as exc:
                 log.add(f"{source}: kernel {kname[:40]!r} at ts {t0}: bad args "
-                        f"({show(str(exc), 80)})")
+                        f"({clip(str(exc), 80)})")
                 continue
             add_comm(t0, t1, _norm_op(op), group, nbytes)
     elif gloo:
