@@ -14,8 +14,11 @@ Pipeline (docs/design/straggler-localization.md):
 5. a cross-iteration MAP ranking over devices (:mod:`fabricscope.straggler.posterior`,
    after Holmes, NSDI'25), greedy over multiple faults (each pick explains its evidence away);
 6. a what-if estimate of the slowdown (after Lin et al., "Understanding Stragglers in Large
-   Model Training Using What-if Analysis", OSDI'25): the iteration time with the culprit's
-   excess removed is the ideal; actual / ideal is the slowdown.
+   Model Training Using What-if Analysis", OSDI'25): the job's dependency graph is replayed
+   with the culprits' operators at their idealized durations
+   (:mod:`fabricscope.straggler.replay`); replayed actual / replayed ideal is the slowdown.
+   A device candidate whose replay gain is within the iteration noise explains nothing and
+   is not reported.
 
 The analysis sees operator timings and (optionally) the inventory, never a simulator.
 """
@@ -32,8 +35,14 @@ from fabricscope.model.records import Finding
 from fabricscope.straggler._dense import dense_codes, group_sort
 from fabricscope.straggler.devices import DeviceMap
 from fabricscope.straggler.instances import Instances, clock_offsets, match_instances
-from fabricscope.straggler.iterations import IterationStats, iteration_stats, robust_scale
+from fabricscope.straggler.iterations import (
+    IterationStats,
+    iteration_stats,
+    noise_scale,
+    robust_scale,
+)
 from fabricscope.straggler.posterior import interval_llr, posteriors
+from fabricscope.straggler.replay import Graph, build_graph, ideal_durations, replay
 from fabricscope.straggler.table import COMPUTE, P2P, OpTable
 
 F64 = npt.NDArray[np.float64]
@@ -60,6 +69,8 @@ class Options:
     min_iterations: int = 2       # a device fault must show in >= 2 consecutive iterations
     rank_test_min_wins: int = 4   # the slowest-of-peers view needs >= 4 wins in its window
     correct_clocks: bool = True
+    material_k: float = 3.0       # a device finding's mean replay gain over its window of w
+    material_rel: float = 0.005   # iterations must exceed max(k sigma / sqrt(w), rel x iteration)
 
 
 @dataclass(slots=True)
@@ -77,10 +88,31 @@ class Report:
     traced_vote: dict[str, int] = field(default_factory=dict)
     clock_offsets_ns: dict[int, int] = field(default_factory=dict)
     explained_ns: dict[str, list[float]] = field(default_factory=dict)
+    #: mean iteration replayed with the actual durations (the what-if baseline)
+    replayed_ns: float = 0.0
+    #: mean iteration replayed with every operator idealized (OSDI'25's job-level ideal)
+    ideal_all_ns: float = 0.0
+    #: the earlier first-order estimate: actual minus the findings' measured excess
+    ideal_excess_ns: float = 0.0
+    #: the noise floor a device finding had to clear (ns per iteration)
+    material_ns: float = 0.0
 
     @property
     def slowdown(self) -> float:
-        return self.actual_ns / self.ideal_ns if self.ideal_ns > 0 else 1.0
+        """What the findings cost: replayed actual / replayed with the findings idealized."""
+        base = self.replayed_ns or self.actual_ns
+        return base / self.ideal_ns if self.ideal_ns > 0 else 1.0
+
+    @property
+    def slowdown_all(self) -> float:
+        """Replayed actual / every operator idealized (includes unexplained variation)."""
+        base = self.replayed_ns or self.actual_ns
+        return base / self.ideal_all_ns if self.ideal_all_ns > 0 else 1.0
+
+    @property
+    def slowdown_excess(self) -> float:
+        """Actual / (actual minus the findings' excess): the first-order estimate."""
+        return self.actual_ns / self.ideal_excess_ns if self.ideal_excess_ns > 0 else 1.0
 
     def device_findings(self) -> list[Finding]:
         return [f for f in self.findings if f.kind != "imbalance"]
@@ -97,10 +129,17 @@ class Report:
             "iterations": {"ids": list(self.iterations.iterations),
                            "duration_ns": list(self.iterations.duration_ns),
                            "irregular": list(self.iterations.irregular),
-                           "change_points": list(self.iterations.change_points)},
+                           "change_points": list(self.iterations.change_points),
+                           "change_point_indexes": list(self.iterations.change_point_index)},
             "actual_iteration_ns": round(self.actual_ns),
+            "replayed_iteration_ns": round(self.replayed_ns),
             "ideal_iteration_ns": round(self.ideal_ns),
             "estimated_slowdown": round(self.slowdown, 4),
+            "slowdown_estimates": {
+                "replay_findings_idealized": round(self.slowdown, 4),
+                "replay_all_operators_idealized": round(self.slowdown_all, 4),
+                "excess_removal": round(self.slowdown_excess, 4)},
+            "material_ns_per_iteration": round(self.material_ns),
             "candidates": self.candidates,
             "naive_last_arriver_vote": self.naive_vote,
             "backtraced_vote": self.traced_vote,
@@ -114,11 +153,14 @@ def _dense(values: npt.NDArray[np.integer], ) -> tuple[I64, I64]:
 
 
 def _ms(ns: float) -> str:
+    if abs(ns) < 1e5:
+        return f"{ns / 1e3:.0f} us"
     return f"{ns / 1e6:.1f} ms" if abs(ns) < 1e10 else f"{ns / 1e9:.2f} s"
 
 
 def _iter_span(its: I64, a: int, b: int) -> str:
-    return f"iterations {its[a]}-{its[b - 1]}" if b - a > 1 else f"iteration {its[a]}"
+    """Steps as the trace numbers them (not positions: real traces start anywhere)."""
+    return f"steps {its[a]}-{its[b - 1]}" if b - a > 1 else f"step {its[a]}"
 
 
 def _shift_clocks(table: OpTable, offsets: dict[int, int]) -> OpTable:
@@ -178,6 +220,29 @@ def analyze(
     np.maximum.at(it_end, flat, table.end)
     it_dur = (it_end - it_start).astype(np.float64)
     stats = iteration_stats(its, it_dur)
+    # What-if baseline: the dependency graph replayed with the actual durations (OSDI'25).
+    graph = build_graph(table, inst)
+    base_run = replay(graph)
+    r0 = base_run.iteration_ns
+    if base_run.cycles_broken:
+        warns.append(f"replay: {base_run.cycles_broken} operators with coinciding timestamps "
+                     f"formed dependency cycles; released in time order")
+    chain_r = r_idx[graph.chain_rows]
+    chain_i = i_idx[graph.chain_rows]
+    chain_compute = table.kind[graph.chain_rows] == COMPUTE
+    # A device finding must explain a material share of the iteration: the mean replay gain
+    # over its window of w iterations must exceed k standard errors of the iteration noise
+    # (k sigma / sqrt(w): a smaller shift would not be visible in those iterations) and a
+    # floor of rel x the iteration (a symptom nobody could notice is no finding).
+    sigma_it = noise_scale(it_dur)
+    floor_ns = opt.material_rel * float(np.median(r0)) if n_i else 0.0
+
+    def material_for(w: int) -> float:
+        return max(opt.material_k * sigma_it / float(np.sqrt(max(w, 1))), floor_ns)
+
+    material = material_for(n_i)
+    dc_found = graph.dur_chain.copy()
+    di_found = graph.dur_inst.copy()
 
     # 2. compute per rank and iteration, against stage peers
     cm = table.kind == COMPUTE
@@ -318,8 +383,11 @@ def analyze(
     findings: list[Finding] = []
     explained_series: dict[str, list[float]] = {}
     candidates_out: list[dict[str, object]] = []
+    verdicts: dict[str, str] = {}
     explained_total = np.zeros(n_i)
-    for round_no in range(opt.max_findings):
+    for round_no in range(opt.max_findings + 8):
+        if len(findings) >= opt.max_findings:
+            break
         gh = (slow_c & ~explained_gpu).astype(np.float64)
         gf = (present & ~slow_c).astype(np.float64)
         nh, nf = comm_counts("nic", nic_of, n_nic, dedupe=n_nic < n_r)
@@ -362,13 +430,16 @@ def analyze(
             win.end[sel] = w2.end[better]
         share, indiv, _p_null = posteriors(win.llr, log_prior, log_prior_null=log_null)
         order = np.argsort(-(win.llr + log_prior))
-        if round_no == 0:
-            for c in order[:10].tolist():
-                candidates_out.append({"subject": names(c), "kind": kinds[c],
-                                       "llr": round(float(win.llr[c]), 2),
-                                       "posterior": round(float(share[c]), 4)})
         # A fault is a state that lasts: a single-iteration blip is not localized.
         lasting = (win.end - win.start) >= opt.min_iterations
+        if round_no == 0:
+            for c in order[:10].tolist():
+                why = ("posterior against no fault below 0.9" if indiv[c] < 0.9 else
+                       "a single iteration" if not lasting[c] else "")
+                candidates_out.append({"subject": names(c), "kind": kinds[c],
+                                       "llr": round(float(win.llr[c]), 2),
+                                       "posterior": round(float(share[c]), 4),
+                                       "verdict": f"not reported: {why}" if why else ""})
         order = order[lasting[order]]
         if order.size == 0:
             break
@@ -390,11 +461,17 @@ def analyze(
         series = np.zeros(n_i)
         evidence: list[str] = []
         details: dict[str, float | int | str] = {}
+        dc = graph.dur_chain.copy()
+        di = graph.dur_inst.copy()
         if kind == "slow-gpu":
             r = best
             flag = slow_c[r, a:b] | top_c[r, a:b]
             series[a:b] = np.where(flag, excess[r, a:b], 0.0)
             explained_gpu[r, a:b] |= flag
+            # What-if: this GPU computes like its stage peers in the window.
+            fac = np.where((ref[r] > 0) & (comp[r] > ref[r]), ref[r] / np.maximum(comp[r], 1.0), 1.0)
+            mine = (chain_r == r) & chain_compute & (chain_i >= a) & (chain_i < b)
+            dc[mine] *= fac[chain_i[mine]]
             n_slow = int(flag.sum())
             ratio = float(np.median(comp[r, a:b][flag] / ref[r, a:b][flag])) if n_slow else 1.0
             ops = sorted({table.op_names[o] for o in
@@ -417,6 +494,8 @@ def analyze(
             sel = member & network & inst.slow & in_win & ~explained_inst
             explained_inst |= sel
             np.add.at(series, it_of_inst[sel], inst.excess[sel])
+            # What-if: its slow transfers take their class's baseline time.
+            di[sel] = np.maximum(inst.transfer[sel] - inst.excess[sel], 0.0)
             tot = int((member & network & in_win).sum())
             n_sel = int(sel.sum())
             cls_names = sorted({inst.class_names[c] for c in np.unique(inst.cls[sel]).tolist()})
@@ -439,14 +518,31 @@ def analyze(
                           "firmware; swap the optic if counters show errors")
             else:
                 action = "check the switch: buffer/PFC counters, ECMP hashing, port errors"
+        gain = r0 - replay(graph, dc, di).iteration_ns
+        g_mean = float(gain[a:b].mean()) if b > a else 0.0
+        need = material_for(b - a)
+        if g_mean < need:
+            # Slow operators off the critical path (or noise): they explain no symptom.
+            verdicts[subject] = (f"not reported: idealizing it saves {_ms(g_mean)} per step "
+                                 f"over {b - a} step(s), below the noise floor {_ms(need)}")
+            continue
+        dc_found = np.minimum(dc_found, dc)
+        di_found = np.minimum(di_found, di)
         series = np.minimum(series, it_dur)
         explained_total += series
         explained_series[subject] = series.tolist()
         window = (int(it_start[a]), int(it_end[b - 1]))
-        evidence.append(f"explains {_ms(float(series.sum()))} over {b - a} iteration(s)")
+        x = _slowdown_of(r0, gain)
+        evidence.append(f"explains {_ms(float(series.sum()))} over {b - a} iteration(s); "
+                        f"replay without it saves {_ms(g_mean)} per step")
+        evidence.append(f"estimated slowdown it causes: x{x:.2f} (dependency replay: mean "
+                        f"iteration {_ms(float(r0.mean()))}, {_ms(float((r0 - gain).mean()))} "
+                        f"without it)")
         details.update(llr=round(float(win.llr[best]), 2),
                        explained_ns=round(float(series.sum())), first_iteration=int(its[a]),
-                       last_iteration=int(its[b - 1]))
+                       last_iteration=int(its[b - 1]), replay_gain_ns=round(g_mean),
+                       slowdown=round(x, 3))
+        verdicts[subject] = "reported"
         findings.append(Finding(kind, subject, float(share[best]), window, tuple(evidence),
                                 action, details))
 
@@ -454,7 +550,17 @@ def analyze(
     imb = _imbalance(table, opt, stages, stage_ref, comp, present, stage_of, cm, r_idx, i_idx,
                      n_r, n_i, it_start, it_end, its, findings)
     for f, series in imb:
-        findings.append(f)
+        dc = _imbalance_ideal(f, graph, table, chain_r, chain_i, chain_compute, stages,
+                              stage_of, stage_ref)
+        gain = r0 - replay(graph, dc, None).iteration_ns
+        x = _slowdown_of(r0, gain)
+        dc_found = np.minimum(dc_found, dc)
+        findings.append(Finding(
+            f.kind, f.subject, f.score, f.window,
+            (*f.evidence, f"estimated slowdown it causes: x{x:.2f} (dependency replay: mean "
+                          f"iteration {_ms(float(r0.mean()))}, {_ms(float((r0 - gain).mean()))} "
+                          f"without it)"),
+            f.action, {**f.details, "slowdown": round(x, 3), "replay_gain_ns": round(float(gain.mean()))}))
         explained_series[f.subject] = series.tolist()
         explained_total += series
 
@@ -471,22 +577,62 @@ def analyze(
                               f0.action, f0.details)
 
     actual = float(it_dur.mean()) if n_i else 0.0
-    # Each finding's own what-if: the iteration with only its excess removed.
-    for k, f in enumerate(findings):
-        own = np.asarray(explained_series.get(f.subject, []), dtype=np.float64)
-        if n_i == 0 or own.shape != it_dur.shape or actual <= 0:
-            continue
-        ideal_f = float(np.maximum(it_dur - own, 0.3 * it_dur).mean())
-        x = actual / ideal_f if ideal_f > 0 else 1.0
-        findings[k] = Finding(f.kind, f.subject, f.score, f.window,
-                              (*f.evidence, f"estimated slowdown it causes: x{x:.2f} (mean "
-                                            f"iteration {_ms(actual)}, {_ms(ideal_f)} without it)"),
-                              f.action, {**f.details, "slowdown": round(x, 3)})
-    ideal_it = np.maximum(it_dur - explained_total, 0.3 * it_dur)
-    ideal = float(ideal_it.mean()) if n_i else 0.0
+    ideal_excess = float(np.maximum(it_dur - explained_total, 0.3 * it_dur).mean()) if n_i else 0.0
+    replayed = float(r0.mean()) if n_i else 0.0
+    ideal = float(replay(graph, dc_found, di_found).iteration_ns.mean()) if n_i else 0.0
+    dc_all, di_all = ideal_durations(table, graph, inst)
+    ideal_all = float(replay(graph, dc_all, di_all).iteration_ns.mean()) if n_i else 0.0
+    if n_i and replayed > 0 and abs(replayed - actual) > 0.1 * actual:
+        warns.append(f"replay: the dependency graph replays the mean iteration in "
+                     f"{_ms(replayed)} against {_ms(actual)} measured; slowdown estimates "
+                     f"are approximate")
+    for c in candidates_out:
+        v = verdicts.get(str(c["subject"]))
+        if v is not None:
+            c["verdict"] = v
+        elif not c["verdict"]:
+            c["verdict"] = ("not reported: explained by the findings above" if findings else
+                            "not reported: its evidence was explained by another candidate")
     return Report(table.job, findings, stats, actual, ideal, warns, candidates_out,
                   {str(k): v for k, v in naive.items()}, {str(k): v for k, v in traced.items()},
-                  offsets, explained_series)
+                  offsets, explained_series, replayed, ideal_all, ideal_excess, material)
+
+
+def _slowdown_of(r0: F64, gain: F64) -> float:
+    """Replayed actual over replayed-without-it (mean iterations)."""
+    base = float(r0.mean()) if r0.size else 0.0
+    without = float((r0 - gain).mean()) if r0.size else 0.0
+    return base / without if without > 0 else 1.0
+
+
+def _imbalance_ideal(
+    f: Finding, graph: Graph, table: OpTable, chain_r: I64, chain_i: I64,
+    chain_compute: npt.NDArray[np.bool_], stages: I64, stage_of: I64, stage_ref: F64,
+) -> F64:
+    """Chain durations with an imbalance removed, for the what-if replay.
+
+    Stage imbalance: the heavy stage computes the mean of all stages (the OSDI'25 stage
+    what-if: its operators at the job's typical duration). Sequence imbalance: every
+    micro-batch of a rank and iteration costs their mean (token-balanced batches move work
+    between micro-batches; they do not remove it).
+    """
+    dc = graph.dur_chain.copy()
+    if f.details.get("kind") == "stage-imbalance":
+        s = int(f.details["stage"])
+        j = int(np.searchsorted(stages, s))
+        known = stages >= 0
+        target = stage_ref[known].mean(axis=0)
+        fac = np.where(stage_ref[j] > target, target / np.maximum(stage_ref[j], 1.0), 1.0)
+        mine = chain_compute & (stage_of[chain_r] == s)
+        dc[mine] *= fac[chain_i[mine]]
+    else:
+        n_i = int(chain_i.max()) + 1 if chain_i.size else 1
+        key = ((chain_r.astype(np.int64) * n_i + chain_i) * (len(table.op_names) + 1)
+               + table.op[graph.chain_rows])
+        _, code = dense_codes(key)
+        mean = (np.bincount(code, weights=dc) / np.maximum(np.bincount(code), 1))[code]
+        dc = np.where(chain_compute, mean, dc)
+    return dc
 
 
 def _imbalance(

@@ -17,7 +17,8 @@ class IterationStats:
 
     ``irregular``: iterations slower than ``median + max(k * sigma, rel * median)`` where
     sigma is the MAD-based scale (robust to the outliers it looks for);
-    ``change_points``: iteration positions where the mean level shifts (binary segmentation).
+    ``change_points``: the step ids (as the trace numbers them) where the mean level shifts
+    (binary segmentation); ``change_point_index``: the same as 0-based positions.
     """
 
     iterations: tuple[int, ...]
@@ -26,6 +27,19 @@ class IterationStats:
     sigma_ns: float
     irregular: tuple[int, ...]
     change_points: tuple[int, ...]
+    change_point_index: tuple[int, ...] = ()
+
+
+def noise_scale(x: F64) -> float:
+    """Iteration-to-iteration noise: MAD scale of successive differences / sqrt(2).
+
+    Robust to a level shift (a fault starting mid-trace moves the level, not the
+    differences), unlike the MAD of the values themselves.
+    """
+    if x.size < 3:
+        return robust_scale(x)
+    d = np.diff(x)
+    return MAD_TO_SIGMA * float(np.median(np.abs(d - np.median(d)))) / float(np.sqrt(2.0))
 
 
 def robust_scale(x: F64) -> float:
@@ -82,6 +96,7 @@ def iteration_stats(
     sigma = robust_scale(dur)
     limit = med + max(k * sigma, rel * med)
     irregular = tuple(int(i) for i, d in zip(its.tolist(), dur.tolist(), strict=True) if d > limit)
-    cps = tuple(int(its[c]) for c in change_points(dur))
+    pos = tuple(int(c) for c in change_points(dur))
+    cps = tuple(int(its[c]) for c in pos)
     return IterationStats(tuple(int(i) for i in its.tolist()),
-                          tuple(int(d) for d in dur.tolist()), med, sigma, irregular, cps)
+                          tuple(int(d) for d in dur.tolist()), med, sigma, irregular, cps, pos)

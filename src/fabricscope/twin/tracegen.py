@@ -484,8 +484,7 @@ def generate_trace(
                         pc[p] += 1
                         progressed = True
                         continue
-                    calls = step[1]
-                    assert isinstance(calls, tuple)
+                    calls = step[2]
                     if (p, pc[p]) not in started:
                         started[(p, pc[p])] = free[rk].copy()
                         for d, src, m, role in calls:
@@ -610,44 +609,48 @@ def generate_trace(
     )
 
 
-def _one_f_one_b_program(p: int, pp: int, mbs: int) -> list[tuple[object, ...]]:
+_Call = tuple[tuple[str, int, int, str], ...]
+_Step = tuple[str, int, _Call]
+
+
+def _one_f_one_b_program(p: int, pp: int, mbs: int) -> list[_Step]:
     """Stage ``p``'s 1F1B program (Megatron's forward_backward_pipelining_without_interleaving).
 
-    Steps: ``("F", m)`` / ``("B", m)`` compute, ``("C", ((dir, src_stage, m, role), ...))`` a
+    Steps: ``("F", m, ())`` / ``("B", m, ())`` compute, ``("C", -1, ((dir, src, m, role), ...))`` a
     blocking p2p call of one or two transfers (``dir`` "f": activations ``src -> src + 1``,
     "b": gradients ``src -> src - 1``).
     """
     warm = min(pp - p - 1, mbs)
     rem = mbs - warm
-    prog: list[tuple[object, ...]] = []
+    prog: list[_Step] = []
     fi = bi = 0
     for _ in range(warm):
         if p > 0:
-            prog.append(("C", (("f", p - 1, fi, "recv"),)))
-        prog.append(("F", fi))
+            prog.append(("C", -1, (("f", p - 1, fi, "recv"),)))
+        prog.append(("F", fi, ()))
         if p < pp - 1:
-            prog.append(("C", (("f", p, fi, "send"),)))
+            prog.append(("C", -1, (("f", p, fi, "send"),)))
         fi += 1
     if rem > 0 and p > 0:
-        prog.append(("C", (("f", p - 1, fi, "recv"),)))
+        prog.append(("C", -1, (("f", p - 1, fi, "recv"),)))
     for i in range(rem):
-        prog.append(("F", fi))
+        prog.append(("F", fi, ()))
         if p < pp - 1:  # send_forward_recv_backward
-            prog.append(("C", (("f", p, fi, "send"), ("b", p + 1, bi, "recv"))))
+            prog.append(("C", -1, (("f", p, fi, "send"), ("b", p + 1, bi, "recv"))))
         fi += 1
-        prog.append(("B", bi))
+        prog.append(("B", bi, ()))
         if p > 0:
             if i == rem - 1:  # send_backward
-                prog.append(("C", (("b", p, bi, "send"),)))
+                prog.append(("C", -1, (("b", p, bi, "send"),)))
             else:  # send_backward_recv_forward
-                prog.append(("C", (("b", p, bi, "send"), ("f", p - 1, fi, "recv"))))
+                prog.append(("C", -1, (("b", p, bi, "send"), ("f", p - 1, fi, "recv"))))
         bi += 1
     for _ in range(warm):
         if p < pp - 1:
-            prog.append(("C", (("b", p + 1, bi, "recv"),)))
-        prog.append(("B", bi))
+            prog.append(("C", -1, (("b", p + 1, bi, "recv"),)))
+        prog.append(("B", bi, ()))
         if p > 0:
-            prog.append(("C", (("b", p, bi, "send"),)))
+            prog.append(("C", -1, (("b", p, bi, "send"),)))
         bi += 1
     return prog
 
