@@ -188,6 +188,30 @@ class RollingTelemetryStore:
         else:
             self.fold_skipped += 1
 
+    # ------------------------------------------------------------------ reading (the writer's own view)
+    def _query(self, sql: str) -> list[tuple[object, ...]]:
+        rows: list[tuple[object, ...]] = []
+        if self._con is not None:
+            rows += self._con.execute(sql).fetchall()
+        if self.path.exists() or closed_parts(self.path):
+            con = open_readonly(self.path, wait_s=5.0)
+            try:
+                rows += con.execute(sql).fetchall()
+            finally:
+                con.close()
+        return rows
+
+    def count(self, table: str = "telemetry") -> int:
+        """Rows in ``table`` so far: the open partition, closed ones and the main file."""
+        if table not in TABLES:
+            raise ValueError(table)
+        return sum(int(r[0]) for r in self._query(f"SELECT count(*) FROM {table}"))  # type: ignore[call-overload]
+
+    def findings(self) -> list[Finding]:
+        from fabricscope.store.telemetry import FINDINGS_SQL, finding_of
+
+        return sorted((finding_of(r) for r in self._query(FINDINGS_SQL)), key=lambda f: f.window[0])
+
     def close(self, *, fold_wait_s: float = 5.0) -> None:
         """Roll and fold (waiting up to ``fold_wait_s`` for readers); parts left are still readable."""
         try:

@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -124,13 +125,17 @@ def insert_findings(con: duckdb.DuckDBPyConnection, path: str, findings: Sequenc
         raise TransportError(f"duckdb {path}: insert failed: {exc}") from exc
 
 
+FINDINGS_SQL = "SELECT kind, subject, score, start_ns, end_ns, evidence, action, details FROM findings"
+
+
+def finding_of(row: tuple[Any, ...]) -> Finding:
+    k, s, sc, a, b, ev, act, det = row
+    return Finding(k, s, sc, (a, b), tuple(json.loads(ev)), act, json.loads(det))
+
+
 def findings_of(con: duckdb.DuckDBPyConnection) -> list[Finding]:
     """Every finding of a store connection (a TelemetryStore's or :func:`open_readonly`'s)."""
-    rows = con.execute(
-        "SELECT kind, subject, score, start_ns, end_ns, evidence, action, details FROM findings ORDER BY start_ns"
-    ).fetchall()
-    return [Finding(k, s, sc, (a, b), tuple(json.loads(ev)), act, json.loads(det))
-            for k, s, sc, a, b, ev, act, det in rows]
+    return [finding_of(r) for r in con.execute(FINDINGS_SQL + " ORDER BY start_ns").fetchall()]
 
 
 def open_readonly(path: str | Path, *, wait_s: float = 10.0) -> duckdb.DuckDBPyConnection:
