@@ -281,3 +281,12 @@ def test_piped_output_is_not_wrapped_at_80() -> None:
     for ev in report.findings[0].evidence:  # type: ignore[attr-defined]
         assert any(ev in line for line in lines), (ev, r.stdout)
     assert any(len(line.rstrip()) > 80 for line in lines)  # long lines stay whole
+
+
+def test_top_applies_to_json_when_given() -> None:
+    fixture = str(ROOT / "tests/fixtures/gloo/throttle-rank1")
+    every = runner.invoke(app, ["straggler", "analyze", fixture, "--json"])
+    two = runner.invoke(app, ["straggler", "analyze", fixture, "--json", "--top", "2"])
+    assert every.exit_code == 0 and two.exit_code == 0, every.output + two.output
+    n_all = len(json.loads(every.stdout)["candidates"])
+    assert n_all > 2 and len(json.loads(two.stdout)["candidates"]) == 2

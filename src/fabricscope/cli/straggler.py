@@ -58,7 +58,9 @@ def register(app: typer.Typer) -> None:
                                               help='rank placement JSON {"ranks": \\[\\["host0000", 0], ...]} (rank i on host, GPU index)'),
         plot: Path | None = typer.Option(None, "--plot", help="write a timeline plot (.png/.svg)"),
         as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
-        top: int = typer.Option(5, "--top", help="rows of candidates to show"),
+        top: int | None = typer.Option(None, "--top",
+                                       help="rows of candidates to show (default 5; with "
+                                            "--json all, unless given)"),
     ) -> None:
         from rich.console import Console
 
@@ -80,9 +82,11 @@ def register(app: typer.Typer) -> None:
         if as_json:
             doc = report.to_json()
             doc["unused_inputs"] = res.unused
+            if top is not None:
+                doc["candidates"] = list(report.candidates[:top])
             typer.echo(json.dumps(doc, indent=1))
             return
-        _print_report(console, report, top=top, n_rows=len(res.table))
+        _print_report(console, report, top=5 if top is None else top, n_rows=len(res.table))
         if plot is not None:
             console.print(f"plot: {plot}")
 
@@ -126,12 +130,12 @@ _MAX_TWIN_ITERATIONS = 10_000
 
 
 def _check_analyze_args(*, inventory: Path | None, placement: Path | None, plot: Path | None,
-                        top: int) -> None:
+                        top: int | None) -> None:
     """Reject flags that would be ignored or fail late, before any trace is read."""
     from fabricscope.cli._outputs import check_output_file
     from fabricscope.model.errors import ConfigError
 
-    if top < 1:
+    if top is not None and top < 1:
         raise ConfigError(f"--top {top}: give the number of candidate rows to show (>= 1)")
     if placement is not None and inventory is None:
         raise ConfigError(f"--placement {placement}: needs --inventory (the placement names "
