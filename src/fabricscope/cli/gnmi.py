@@ -103,6 +103,10 @@ def register(app: typer.Typer) -> None:
         no_args_is_help=True,
     )
     app.add_typer(gnmi, name="gnmi")
+    # SQL over the collector's store, also while it collects
+    from fabricscope.cli.gnmi_query import register as register_query
+
+    register_query(gnmi)
 
     @gnmi.command("serve-twin", help=_h(_SERVE_HELP))
     def serve_twin_cmd(
