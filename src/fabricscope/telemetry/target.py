@@ -4,8 +4,12 @@ RPCs: Capabilities, Get, Subscribe (ONCE, POLL, STREAM with SAMPLE on a fixed sc
 ON_CHANGE with heartbeat, TARGET_DEFINED, suppress_redundant, updates_only, sync_response).
 Errors follow the gNMI spec's status codes: INVALID_ARGUMENT for malformed requests/paths,
 NOT_FOUND for unknown targets or paths that match nothing, UNAUTHENTICATED for missing or
-wrong ``username``/``password`` metadata. Binds 127.0.0.1 by default; TLS optional.
-Passwords are compared in constant time and never logged.
+wrong ``username``/``password`` metadata, RESOURCE_EXHAUSTED when a client exceeds its
+session limit. Binds 127.0.0.1 by default; TLS optional, client certificates (mTLS) on request.
+Passwords are compared in constant time and never logged; failed logins are logged (user,
+peer) and throttled per client host (:mod:`fabricscope.telemetry.auth`). Every request and
+cache is bounded (:class:`~fabricscope.telemetry.limits.TargetLimits`): a hostile client gets
+an error, the other subscribers keep their schedule.
 
 The source is anything with ``targets() / leaves(target) / read(leaves) / sync()`` — the twin
 (:class:`fabricscope.twin.state.Twin`) in practice; this module never imports the simulator.
@@ -16,9 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import ipaddress
 import logging
+import os
+import ssl
+import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -26,6 +34,7 @@ import grpc
 from gnmi_pb import gnmi_pb2
 
 from fabricscope.model.errors import ConfigError, FabricscopeError
+from fabricscope.telemetry.auth import LoginThrottle
 from fabricscope.telemetry.codec import (
     ValueEncoding,
     encode_notification,
@@ -36,6 +45,7 @@ from fabricscope.telemetry.codec import (
     to_proto_path,
     typed_value,
 )
+from fabricscope.telemetry.limits import BoundedCache, TargetLimits
 from fabricscope.telemetry.paths import GPath, join, match, parse_path
 
 log = logging.getLogger(__name__)
@@ -53,6 +63,9 @@ DEFAULT_SAMPLE_NS = 1_000_000_000
 MIN_SAMPLE_NS = 1_000_000
 # TARGET_DEFINED: state that changes rarely goes ON_CHANGE, counters are sampled.
 _ON_CHANGE_HINTS = ("oper-status", "watermark", "/components/")
+# gNMI: an empty origin means "openconfig"; the twin serves nothing under any other origin,
+# so a path naming another origin is refused instead of (wrongly) matching every leaf.
+SERVED_ORIGINS = ("", "openconfig")
 
 
 class Leaf(Protocol):
@@ -74,6 +87,13 @@ class Credentials:
     username: str
     password: str = field(repr=False)  # never printed
 
+    def __post_init__(self) -> None:
+        # an empty password would admit anyone who sends the user name: refuse, don't serve
+        if not self.username:
+            raise ConfigError("gnmi target: credentials: username: must not be empty")
+        if not self.password:
+            raise ConfigError(f"gnmi target: credentials: password for user {self.username!r}: must not be empty")
+
     def check(self, md: dict[str, str]) -> bool:
         return hmac.compare_digest(md.get("username", ""), self.username) and hmac.compare_digest(
             md.get("password", ""), self.password
@@ -82,8 +102,82 @@ class Credentials:
 
 @dataclass(frozen=True)
 class TLSFiles:
+    """Server certificate and key (PEM); ``client_ca_pem`` set: clients must present a
+    certificate signed by it (mutual TLS)."""
+
     cert_pem: bytes
     key_pem: bytes = field(repr=False)
+    client_ca_pem: bytes | None = None
+
+    def check(self, where: str = "gnmi target: tls") -> None:
+        """Parse the PEMs with the ``ssl`` module; raise ConfigError saying which one is bad.
+
+        gRPC only says "cannot bind" for a bad certificate or key, which sends people
+        looking for a port conflict.
+        """
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            ctx.load_verify_locations(cadata=self.cert_pem.decode("ascii", "replace"))
+        except (ssl.SSLError, ValueError) as exc:
+            raise ConfigError(f"{where}: certificate: not a PEM certificate ({_ssl_reason(exc)})") from None
+        with tempfile.TemporaryDirectory() as d:
+            cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+            for path, data in ((cert, self.cert_pem), (key, self.key_pem)):
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+            try:
+                ctx.load_cert_chain(cert, key, password=lambda: b"")
+            except (ssl.SSLError, ValueError) as exc:
+                raise ConfigError(f"{where}: key: not a usable private key for the certificate "
+                                  f"({_ssl_reason(exc)})") from None
+        if self.client_ca_pem is not None:
+            try:
+                ssl.create_default_context().load_verify_locations(
+                    cadata=self.client_ca_pem.decode("ascii", "replace"))
+            except (ssl.SSLError, ValueError) as exc:
+                raise ConfigError(f"{where}: client CA: not a PEM certificate ({_ssl_reason(exc)})") from None
+
+
+def _ssl_reason(exc: Exception) -> str:
+    return str(getattr(exc, "reason", None) or exc).split("] ")[-1][:120]
+
+
+def is_loopback(host: str) -> bool:
+    """``127.0.0.0/8``, ``::1`` or ``localhost``; anything else (names included) is not."""
+    h = host.strip("[]")
+    if h == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
+
+
+def peer_host(peer: str) -> str:
+    """The client host of a gRPC peer string (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``, ``unix:...``)."""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv6" and rest.startswith("["):
+        return rest[1 : rest.find("]")]
+    if kind == "ipv4":
+        return rest.rsplit(":", 1)[0]
+    return peer
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}...({len(text)} chars)"
+
+
+@dataclass
+class TargetStats:
+    """Counters for the shutdown summary and the tests."""
+
+    rpcs: int = 0
+    refused: int = 0  # requests over a limit
+    auth_failures: int = 0
+    auth_throttled: int = 0  # attempts refused unchecked while the host was locked out
+    sessions_peak: int = 0
+    max_message_bytes: int = 0  # largest notification sent
 
 
 class _Abort(Exception):
@@ -100,7 +194,15 @@ class _Leaves:
     leaves: list[Leaf]
     paths: list[GPath]
     wire: list[bytes]
-    match_cache: dict[str, list[int]] = field(default_factory=dict)
+
+
+def _cache_size(key: tuple[str, GPath], idx: tuple[int, ...]) -> int:
+    # a cheap over-estimate of the entry's footprint (objects, strings, the index tuple)
+    p = key[1]
+    n = 200 + len(key[0]) + len(p.origin) + 8 * len(idx)
+    for e in p.elems:
+        n += 80 + len(e.name) + sum(120 + len(k) + len(v) for k, v in e.keys)
+    return n
 
 
 class GnmiTarget:
@@ -120,6 +222,8 @@ class GnmiTarget:
         tls: TLSFiles | None = None,
         encoding: str = "request",
         on_change_check_ns: int = 100_000_000,
+        limits: TargetLimits | None = None,
+        throttle: LoginThrottle | None = None,
     ) -> None:
         if encoding not in ("request", "typed", "json_ietf"):
             raise ConfigError(f"gnmi target: encoding: expected request|typed|json_ietf, got {encoding!r}")
@@ -131,6 +235,14 @@ class GnmiTarget:
         self.on_change_check_ns = on_change_check_ns
         self._targets = set(source.targets())
         self._leaves: dict[str, _Leaves] = {}
+        self.limits = limits or TargetLimits()
+        self.throttle = throttle or LoginThrottle()
+        self.match_cache: BoundedCache[tuple[str, GPath], tuple[int, ...]] = BoundedCache(
+            self.limits.match_cache_entries, self.limits.match_cache_bytes, _cache_size)
+        self.stats = TargetStats()
+        self.sessions: dict[tuple[str, str], int] = {}  # (client host, device) -> open Subscribes
+        self.sessions_open = 0
+        self.warnings: list[str] = []
         self._server: grpc.aio.Server | None = None
         self.port = 0
         self.bytes_sent = 0
@@ -140,8 +252,13 @@ class GnmiTarget:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> int:
+        host = self.address.rsplit(":", 1)[0]
+        if self.tls is not None:
+            self.tls.check()
+        self._security_warnings(host)
         server = grpc.aio.server(
-            options=[("grpc.so_reuseport", 0), ("grpc.max_send_message_length", 64 << 20)]
+            options=[("grpc.so_reuseport", 0), ("grpc.max_send_message_length", 64 << 20),
+                     ("grpc.max_receive_message_length", self.limits.receive_message_bytes)]
         )
         handlers = {
             "Capabilities": grpc.unary_unary_rpc_method_handler(
@@ -167,10 +284,11 @@ class GnmiTarget:
             ),
         }
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("gnmi.gNMI", handlers),))
-        host = self.address.rsplit(":", 1)[0]
         try:
             if self.tls is not None:
-                creds = grpc.ssl_server_credentials([(self.tls.key_pem, self.tls.cert_pem)])
+                creds = grpc.ssl_server_credentials(
+                    [(self.tls.key_pem, self.tls.cert_pem)], root_certificates=self.tls.client_ca_pem,
+                    require_client_auth=self.tls.client_ca_pem is not None)
                 self.port = server.add_secure_port(self.address, creds)
             else:
                 self.port = server.add_insecure_port(self.address)
@@ -181,8 +299,23 @@ class GnmiTarget:
         self.bound = f"{host}:{self.port}"
         await server.start()
         self._server = server
-        log.info("gNMI target serving %d devices on %s (tls=%s)", len(self._targets), self.bound, self.tls is not None)
+        log.info("gNMI target serving %d devices on %s (tls=%s, mtls=%s, auth=%s)", len(self._targets), self.bound,
+                 self.tls is not None, self.tls is not None and self.tls.client_ca_pem is not None,
+                 self.credentials is not None)
         return self.port
+
+    def _security_warnings(self, host: str) -> None:
+        if is_loopback(host):
+            return
+        if self.credentials is None and (self.tls is None or self.tls.client_ca_pem is None):
+            self.warnings.append(f"serving {host} without authentication: any client that reaches it can read "
+                                 "all telemetry (give credentials or client certificates)")
+        if self.tls is None:
+            self.warnings.append(f"serving {host} without TLS: telemetry"
+                                 + (" and passwords cross" if self.credentials else " crosses")
+                                 + " the network in clear text")
+        for w in self.warnings:
+            log.warning("gNMI target: %s", w)
 
     async def stop(self, grace: float | None = 0.2) -> None:
         if self._server is not None:
@@ -195,20 +328,38 @@ class GnmiTarget:
 
     # ------------------------------------------------------------------ helpers
     def _auth(self, context: grpc.aio.ServicerContext) -> None:
+        self.stats.rpcs += 1
         if self.credentials is None:
             return
-        md = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
-        if not self.credentials.check(md):
-            # the user name is safe to echo back; the password never is
+        host = peer_host(context.peer() or "")
+        now = time.monotonic()
+        wait = self.throttle.locked(host, now)
+        if wait > 0:
+            # refused unchecked: a guesser gets a few tries per lockout, not thousands a second
+            self.stats.auth_throttled += 1
             raise _Abort(grpc.StatusCode.UNAUTHENTICATED,
-                         f"authentication failed for user {md.get('username', '')!r}")
+                         f"too many failed logins from {host}; retry in {wait:.0f} s")
+        md = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+        if self.credentials.check(md):
+            self.throttle.success(host)
+            return
+        user = _clip(md.get("username", ""), 64)
+        self.stats.auth_failures += 1
+        n, lock = self.throttle.failure(host, now)
+        # the user name and peer are logged (repr: no log injection); the password never is
+        if lock > 0:
+            log.warning("gNMI login failed for user %r from %s (%d consecutive failures); "
+                        "refusing this host for %.0f s", user, host, n, lock)
+        else:
+            log.warning("gNMI login failed for user %r from %s", user, host)
+        raise _Abort(grpc.StatusCode.UNAUTHENTICATED, f"authentication failed for user {user!r}")
 
     def _target_leaves(self, target: str) -> _Leaves:
         if not target:
             raise _Abort(grpc.StatusCode.INVALID_ARGUMENT,
                          "prefix.target: required (this target serves many devices)")
         if target not in self._targets:
-            raise _Abort(grpc.StatusCode.NOT_FOUND, f"prefix.target: unknown target {target!r}")
+            raise _Abort(grpc.StatusCode.NOT_FOUND, f"prefix.target: unknown target {_clip(target, 64)!r}")
         tl = self._leaves.get(target)
         if tl is None:
             leaves = list(self.source.leaves(target))
@@ -222,15 +373,31 @@ class GnmiTarget:
         try:
             full = join(prefix, from_proto_path(path, source=what))
         except FabricscopeError as exc:
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
-        key = str(full)
-        idx = tl.match_cache.get(key)
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, _clip(str(exc), 400)) from exc
+        if full.origin not in SERVED_ORIGINS:
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"{what}: origin {_clip(full.origin, 64)!r} not served (only '' and 'openconfig')")
+        if len(full.elems) > self.limits.path_elems:
+            self.stats.refused += 1
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"{what}: {len(full.elems)} elements, more than the limit {self.limits.path_elems}")
+        key = (target, GPath(full.elems, full.origin or "openconfig"))
+        idx = self.match_cache.get(key)
         if idx is None:
-            idx = [i for i, p in enumerate(tl.paths) if match(full, p)]
-            tl.match_cache[key] = idx
+            idx = tuple(i for i, p in enumerate(tl.paths) if match(full, p))
+            if idx:  # a miss is not cached: it would only make room for a hostile client's junk
+                self.match_cache.put(key, idx)
         if not idx:
-            raise _Abort(grpc.StatusCode.NOT_FOUND, f"{what}: no data at {key} on target {target!r}")
-        return tl, idx
+            raise _Abort(grpc.StatusCode.NOT_FOUND,
+                         f"{what}: no data at {_clip(str(full))} on target {_clip(target, 64)!r}")
+        return tl, list(idx)
+
+    def _leaf_budget(self, used: int, what: str) -> None:
+        if used > self.limits.leaves_per_request:
+            self.stats.refused += 1
+            raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                         f"{what}: request resolves to more than {self.limits.leaves_per_request} leaves; "
+                         "subscribe to narrower paths")
 
     def _encoding(self, requested: int) -> ValueEncoding:
         if self.encoding == "typed":
@@ -282,10 +449,18 @@ class GnmiTarget:
                 # ALL, STATE and OPERATIONAL return it, CONFIG has nothing to return
                 raise _Abort(grpc.StatusCode.NOT_FOUND,
                              "type: CONFIG: this target serves operational state only (no config leaves)")
+            if len(request.path) > self.limits.paths_per_request:
+                self.stats.refused += 1
+                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"path: {len(request.path)} paths, more than the limit {self.limits.paths_per_request}")
             ts = self._sync()
             notes = []
+            used = 0
             for i, p in enumerate(request.path):
                 tl, idx = self._resolve(target, prefix, p, f"path[{i}]")
+                used += len(idx)
+                self._leaf_budget(used, "Get")
+                await asyncio.sleep(0)  # one path at a time: other RPCs run in between
                 values = self.source.read([tl.leaves[j] for j in idx])
                 notes.append(gnmi_pb2.Notification(
                     timestamp=ts,
@@ -301,28 +476,59 @@ class GnmiTarget:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             raise AssertionError("unreachable") from None
 
+    def _open_session(self, host: str, device: str) -> tuple[str, str]:
+        key = (host, device)
+        if self.sessions.get(key, 0) >= self.limits.sessions_per_client:
+            self.stats.refused += 1
+            raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                         f"Subscribe: client {host} already holds {self.limits.sessions_per_client} sessions "
+                         f"on target {_clip(device, 64)!r} (the per-client limit)")
+        if self.sessions_open >= self.limits.sessions:
+            self.stats.refused += 1
+            raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                         f"Subscribe: {self.limits.sessions} sessions open, the target's limit")
+        self.sessions[key] = self.sessions.get(key, 0) + 1
+        self.sessions_open += 1
+        self.stats.sessions_peak = max(self.stats.sessions_peak, self.sessions_open)
+        return key
+
+    def _close_session(self, key: tuple[str, str]) -> None:
+        self.sessions_open -= 1
+        left = self.sessions[key] - 1
+        if left:
+            self.sessions[key] = left
+        else:
+            del self.sessions[key]
+
     async def _subscribe(self, requests: AsyncIterator[gnmi_pb2.SubscribeRequest], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        key: tuple[str, str] | None = None
         try:
-            self._auth(context)
             try:
-                first = await anext(aiter(requests))
-            except StopAsyncIteration:
-                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "Subscribe: empty request stream") from None
-            if not first.HasField("subscribe"):
-                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "Subscribe: first request must carry 'subscribe'")
-            sess = _Session(self, first.subscribe)
-        except _Abort as a:
-            await context.abort(a.code, a.msg)
-            return
-        except FabricscopeError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            return
-        try:
-            async for msg in sess.run(requests):
-                self.bytes_sent += len(msg)
-                yield msg
-        except _Abort as a:
-            await context.abort(a.code, a.msg)
+                self._auth(context)
+                try:
+                    first = await anext(aiter(requests))
+                except StopAsyncIteration:
+                    raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "Subscribe: empty request stream") from None
+                if not first.HasField("subscribe"):
+                    raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "Subscribe: first request must carry 'subscribe'")
+                key = self._open_session(peer_host(context.peer() or ""), first.subscribe.prefix.target)
+                sess = _Session(self, first.subscribe)
+                await sess.resolve()
+            except _Abort as a:
+                await context.abort(a.code, a.msg)
+                return
+            except FabricscopeError as exc:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _clip(str(exc), 400))
+                return
+            try:
+                async for msg in sess.run(requests):
+                    self.bytes_sent += len(msg)
+                    yield msg
+            except _Abort as a:
+                await context.abort(a.code, a.msg)
+        finally:
+            if key is not None:
+                self._close_session(key)
 
 
 @dataclass
@@ -349,12 +555,26 @@ class _Session:
         self.enc = tgt._encoding(sl.encoding)
         self.target = sl.prefix.target
         self.prefix_wire = prefix_bytes(self.target)
+        self.subs: list[_Sub] = []
+
+    async def resolve(self) -> None:
+        """Resolve every subscription, yielding to the loop between them (bounded per request)."""
+        tgt, sl = self.tgt, self.sl
         prefix = from_proto_path(sl.prefix, source="subscribe.prefix")
         if not sl.subscription:
             raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "subscribe.subscription: at least one is required")
-        self.subs: list[_Sub] = []
+        if len(sl.subscription) > tgt.limits.subscriptions_per_session:
+            tgt.stats.refused += 1
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"subscribe.subscription: {len(sl.subscription)} subscriptions, more than the limit "
+                         f"{tgt.limits.subscriptions_per_session}")
+        used = 0
         for i, s in enumerate(sl.subscription):
+            if i:
+                await asyncio.sleep(0)
             tl, idx = tgt._resolve(self.target, prefix, s.path, f"subscribe.subscription[{i}].path")
+            used += len(idx)
+            tgt._leaf_budget(used, "Subscribe")
             interval = int(s.sample_interval) or DEFAULT_SAMPLE_NS
             if interval < MIN_SAMPLE_NS:
                 raise _Abort(grpc.StatusCode.INVALID_ARGUMENT,
@@ -377,18 +597,20 @@ class _Session:
         # Bound message size: ~2k updates per notification keeps every message far below
         # gRPC's 4 MiB default receive limit.
         out = []
-        for k in range(0, len(pairs), 2000):
-            out.append(encode_notification(ts, self.prefix_wire, pairs[k : k + 2000], self.enc))
+        step = self.tgt.limits.updates_per_message
+        for k in range(0, len(pairs), step):
+            out.append(encode_notification(ts, self.prefix_wire, pairs[k : k + step], self.enc))
         self.tgt.updates_sent += len(pairs)
+        if out:
+            self.tgt.stats.max_message_bytes = max(self.tgt.stats.max_message_bytes, *map(len, out))
         return out
 
-    def _full(self, ts: int) -> list[bytes]:
-        out: list[bytes] = []
+    def _full(self, ts: int) -> Iterator[bytes]:
+        # one subscription at a time, so a big ONCE request interleaves with other streams
         for s in self.subs:
             vals = list(self.tgt.source.read(s.leaves))
             s.last = list(vals)
-            out += self._encode(ts, list(zip(s.wire, vals, strict=True)))
-        return out
+            yield from self._encode(ts, list(zip(s.wire, vals, strict=True)))
 
     async def run(self, requests: AsyncIterator[gnmi_pb2.SubscribeRequest]) -> AsyncIterator[bytes]:
         mode = self.sl.mode
