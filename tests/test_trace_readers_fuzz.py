@@ -351,8 +351,15 @@ def parquet_tables(draw: st.DrawFn) -> bytes:
         typ, values = _TYPES[kind]
         item = st.one_of(st.none(), values) if nulls else values
         cols[name] = pa.array(draw(st.lists(item, min_size=n, max_size=n)), type=typ)
+    names, arrays = list(cols), list(cols.values())
+    if names and draw(st.integers(0, 9)) == 0:  # a column named twice
+        k = draw(st.integers(0, len(names) - 1))
+        names.append(names[k])
+        arrays.append(arrays[k])
+    table = pa.Table.from_arrays(arrays, names=names) if names else pa.table(
+        {"x": pa.array([], pa.int8())})
     sink = pa.BufferOutputStream()
-    pq.write_table(pa.table(cols) if cols else pa.table({"x": pa.array([], pa.int8())}), sink)
+    pq.write_table(table, sink)
     return bytes(sink.getvalue().to_pybytes())
 
 

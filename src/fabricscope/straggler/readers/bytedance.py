@@ -27,6 +27,7 @@ from fabricscope.straggler.readers.common import (
     ReadResult,
     WarningLog,
     clip,
+    duplicate_columns,
     show,
 )
 from fabricscope.straggler.table import TableBuilder
@@ -118,6 +119,7 @@ def parse_bytedance(data: bytes, *, source: str = "<parquet>", job: str | None =
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise TraceFormatError(f"{source}: not a readable Parquet file "
                                f"({clip(str(exc), 100)})") from exc
+    duplicate_columns(tb.column_names, source)
     missing = [c for c in _COLUMNS if c not in tb.column_names]
     if missing:
         raise TraceFormatError(f"{source}: not a ByteDance trace, missing column(s) "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from fabricscope.model.errors import TraceFormatError
 from fabricscope.straggler.table import OpTable
 
 
@@ -94,6 +95,15 @@ def as_ranks(value: object, what: str) -> tuple[int, ...]:
     if len(value) > MAX_RANK + 1:
         raise ValueError(f"{what}: {len(value)} members, more than {MAX_RANK + 1} ranks")
     return tuple(as_int(v, what, 0, MAX_RANK) for v in value)
+
+
+def duplicate_columns(names: list[str], source: str) -> None:
+    """Refuse a table that names a column twice (which of the two would be the data?)."""
+    seen: set[str] = set()
+    for n in names:
+        if n in seen:
+            raise TraceFormatError(f"{source}: column {n!r} appears more than once")
+        seen.add(n)
 
 
 class WarningLog:

@@ -34,6 +34,7 @@ from fabricscope.straggler.readers.common import (
     as_int,
     as_ranks,
     clip,
+    duplicate_columns,
     show,
 )
 from fabricscope.straggler.table import OpTable, TableBuilder
@@ -160,6 +161,7 @@ def parse_compact_parquet(data: bytes, *, source: str = "<parquet>") -> ReadResu
 
     try:
         tb = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
+        duplicate_columns(tb.column_names, source)
         cols = set(tb.column_names)
         missing = [k for k in _REQUIRED if k not in cols]
         if missing:
