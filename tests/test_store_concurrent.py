@@ -210,3 +210,56 @@ def test_the_duckdb_sink_rolls_by_default(tmp_path: Path) -> None:
     one = DuckDBSink(str(tmp_path / "x.duckdb"), roll_interval=0)
     assert isinstance(one.store, TelemetryStore)
     one.close()
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-c", "from fabricscope.cli import main; main()", *args]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_gnmi_query_reads_while_gnmi_collect_writes(tmp_path: Path) -> None:
+    """Three real processes: a gNMI twin, ``gnmi collect`` into DuckDB, ``gnmi query`` reading it."""
+    port = _free_port()
+    server = subprocess.Popen(_cli("gnmi", "serve-twin", "--address", f"127.0.0.1:{port}", "--duration", "40"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    db = tmp_path / "t.duckdb"
+    cfg = tmp_path / "collector.yaml"
+    cfg.write_text(f"""
+targets: {{twin: {{address: "127.0.0.1:{port}", names: [leaf-000, spine-00]}}}}
+subscriptions: {{ifs: {{paths: ["/interfaces/interface[name=*]/state/counters"], sample-interval: 200ms}}}}
+sinks: [{{type: duckdb, path: "{db}", roll-interval: 1s}}]
+""")
+    try:
+        assert server.stdout is not None and "serving" in server.stdout.readline()
+        col = subprocess.Popen(_cli("gnmi", "collect", "-c", str(cfg), "--duration", "8"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        counts: list[int] = []
+        while col.poll() is None:
+            q = subprocess.run(_cli("gnmi", "query", str(db), "SELECT count(*) FROM telemetry", "--format", "csv"),
+                               capture_output=True, text=True, timeout=60)
+            if q.returncode == 0:
+                counts.append(int(q.stdout.split()[1]))
+            else:  # only before the first roll
+                assert "no telemetry store here" in q.stderr and not counts, q.stderr
+            time.sleep(0.3)
+        out, err = col.communicate(timeout=30)
+        assert col.returncode == 0, err
+        assert any(n > 0 for n in counts), f"no data visible while collecting: {counts}"
+        assert counts == sorted(counts)
+        summary = [ln for ln in out.splitlines() if ln.startswith("received ")][-1]
+        written = int(summary.split(",")[1].split()[1])
+        q = subprocess.run(_cli("gnmi", "query", str(db), "SELECT count(*) FROM telemetry", "--format", "csv"),
+                           capture_output=True, text=True, timeout=60)
+        assert q.returncode == 0 and int(q.stdout.split()[1]) == written, (q, summary)
+        assert any(0 < n < written for n in counts), f"no partial data seen mid-run: {counts}, {summary}"
+    finally:
+        server.terminate()
+        server.wait(10)
