@@ -12,8 +12,12 @@ _SERVE_HELP = """Serve a twin of a fabric over real gNMI: every switch is a targ
 
 The twin's counters follow a random-permutation background load; --fault injects faults
 ("KIND SUBJECT [start=5s] [end=6s] [param=value ...]", times relative to start-up; kinds as in
-docs/telemetry.md). Binds 127.0.0.1 unless --address says otherwise. With --username, clients
-must send username/password metadata (password from --password-env, never on the command line).
+docs/telemetry.md). --fault-file adds faults while it runs: edit the file, then send SIGHUP
+(kill -HUP PID). Binds 127.0.0.1 unless --address says otherwise; another address needs
+--username (or --tls-client-ca) and --tls-cert, or --insecure. With --username, clients must
+send username/password metadata (password from --password-env, never on the command line);
+failed logins are logged and throttled. SIGINT/SIGTERM stop it within --shutdown-grace, print
+a summary and exit 130/143.
 
 Examples:
 
@@ -89,7 +93,65 @@ def _password(env: str | None) -> str | None:
     pw = os.environ.get(env)
     if pw is None:
         raise ConfigError(f"--password-env: environment variable {env!r} is not set")
+    if not pw:
+        # an empty password would mean "anyone who knows the user name": never auth=on
+        raise ConfigError(f"--password-env: environment variable {env!r} is empty")
     return pw
+
+
+def _login(username: str | None, password_env: str | None) -> tuple[str | None, str | None]:
+    """(user, password) from --username/--password-env: both or neither, never silently off."""
+    from fabricscope.model.errors import ConfigError
+
+    if username is not None and not username:
+        raise ConfigError("--username: must not be empty")
+    if username is None and password_env is not None:
+        raise ConfigError(f"--password-env {password_env}: also give --username (auth needs both)")
+    if username is not None and password_env is None:
+        raise ConfigError(f"--username {username}: also give --password-env (the password is never "
+                          "taken from the command line)")
+    return username, _password(password_env)
+
+
+def _address(text: str, flag: str, *, allow_port0: bool) -> str:
+    """Check ``host:port`` (``[v6]:port``); one ConfigError line naming the flag and value."""
+    import ipaddress
+    import re
+
+    from fabricscope.model.errors import ConfigError
+
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"{flag}: expected HOST:PORT, got {text!r}")
+    lo = 0 if allow_port0 else 1
+    if not port.isdigit() or not lo <= int(port) <= 65535:
+        raise ConfigError(f"{flag}: {text!r}: port must be a number {lo}-65535, got {port!r}")
+    if host.startswith("["):
+        if not host.endswith("]"):
+            raise ConfigError(f"{flag}: {text!r}: unterminated IPv6 address {host!r}")
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise ConfigError(f"{flag}: {text!r}: {host[1:-1]!r} is not an IPv6 address") from None
+    elif ":" in host or not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.\-]*[A-Za-z0-9])?", host):
+        raise ConfigError(f"{flag}: {text!r}: {host!r} is not a host name or address (IPv6: [addr]:port)")
+    return text
+
+
+def _encoding(value: str, allowed: tuple[str, ...], flag: str = "--encoding") -> str:
+    from fabricscope.model.errors import ConfigError
+
+    if value not in allowed:
+        raise ConfigError(f"{flag}: expected {' | '.join(allowed)}, got {value!r}")
+    return value
+
+
+def _clear_text_warning(address: str, password: str | None, tls_ca: str | None) -> None:
+    from fabricscope.telemetry.target import is_loopback
+
+    if password is not None and tls_ca is None and not is_loopback(address.rpartition(":")[0]):
+        typer.secho(f"warning: sending a password to {address} without TLS (give --tls-ca)", err=True,
+                    fg=typer.colors.YELLOW)
 
 
 def register(app: typer.Typer) -> None:
@@ -115,49 +177,97 @@ def register(app: typer.Typer) -> None:
         address: str = typer.Option("127.0.0.1:9339", "--address", help="host:port to listen on (port 0: any)."),
         utilization: float = typer.Option(0.3, "--utilization", help="Background load per NIC, 0..1."),
         seed: int = typer.Option(0, "--seed", help="Seed for load and noise."),
-        fault: list[str] = typer.Option([], "--fault", help='"KIND SUBJECT [start=..] [end=..] [k=v ...]" (repeatable).'),
+        fault: list[str] = typer.Option([], "--fault", help=_h('"KIND SUBJECT [start=..] [end=..] [k=v ...]" (repeatable).')),
+        fault_file: Path | None = typer.Option(None, "--fault-file", help="File of fault lines, re-read on SIGHUP "
+                                               "(inject faults while serving)."),
         username: str | None = typer.Option(None, "--username", help="Require this user name in metadata."),
         password_env: str | None = typer.Option(None, "--password-env", help="Environment variable holding the password."),
         tls_cert: Path | None = typer.Option(None, "--tls-cert", help="PEM certificate (enables TLS)."),
         tls_key: Path | None = typer.Option(None, "--tls-key", help="PEM private key for --tls-cert."),
+        tls_client_ca: Path | None = typer.Option(None, "--tls-client-ca", help="PEM CA: clients must present a "
+                                                  "certificate it signed (mTLS; needs --tls-cert)."),
+        insecure: bool = typer.Option(False, "--insecure", help="Allow a non-loopback address without auth or TLS."),
+        max_sessions: int = typer.Option(32, "--max-sessions-per-client", help="Concurrent Subscribes per client "
+                                         "host and device."),
+        max_subs: int = typer.Option(256, "--max-subscriptions", help="Subscriptions per Subscribe request."),
+        max_paths: int = typer.Option(256, "--max-paths", help="Paths per Get request."),
+        max_msg: int = typer.Option(1 << 20, "--max-message-bytes", help="Largest request accepted (gRPC receive limit)."),
+        grace: float = typer.Option(2.0, "--shutdown-grace", help="Seconds open RPCs get to finish on SIGINT/SIGTERM."),
         encoding: str = typer.Option("request", "--encoding", help="request | typed | json_ietf (json_ietf: pygnmi-safe)."),
         duration: float | None = typer.Option(None, "--duration", help="Stop after this many seconds."),
     ) -> None:
         import asyncio
+        import logging
 
         from fabricscope.model.errors import ConfigError
-        from fabricscope.service.gnmi_twin import parse_fault, serve_twin, twin_for
+        from fabricscope.service.gnmi_twin import FaultFile, parse_fault, serve_twin, twin_for
         from fabricscope.sim.clock import WallClock
-        from fabricscope.telemetry.target import Credentials, TLSFiles
+        from fabricscope.telemetry.limits import TargetLimits
+        from fabricscope.telemetry.target import Credentials, TLSFiles, is_loopback
 
+        _address(address, "--address", allow_port0=True)
+        _encoding(encoding, ("request", "typed", "json_ietf"))
+        if grace < 0:
+            raise ConfigError(f"--shutdown-grace: expected seconds >= 0, got {grace}")
+        for flag, v in (("--max-sessions-per-client", max_sessions), ("--max-subscriptions", max_subs),
+                        ("--max-paths", max_paths), ("--max-message-bytes", max_msg)):
+            if v < 1:
+                raise ConfigError(f"{flag}: expected an integer >= 1, got {v}")
+        limits = TargetLimits(sessions_per_client=max_sessions, subscriptions_per_session=max_subs,
+                              paths_per_request=max_paths, receive_message_bytes=max_msg)
+        user, pw = _login(username, password_env)
+        creds = Credentials(user, pw) if user is not None and pw is not None else None
+        tls = None
+        if (tls_cert is None) != (tls_key is None):
+            raise ConfigError("--tls-cert/--tls-key: give both or neither")
+        if tls_client_ca is not None and tls_cert is None:
+            raise ConfigError("--tls-client-ca: also give --tls-cert/--tls-key (mTLS is TLS)")
+        if tls_cert is not None and tls_key is not None:
+            try:
+                tls = TLSFiles(tls_cert.read_bytes(), tls_key.read_bytes(),
+                               tls_client_ca.read_bytes() if tls_client_ca is not None else None)
+            except OSError as exc:
+                raise ConfigError(f"--tls-cert/--tls-key/--tls-client-ca: {exc.filename}: {exc.strerror}") from exc
+            tls.check(f"--tls-cert {tls_cert} / --tls-key {tls_key}"
+                      + (f" / --tls-client-ca {tls_client_ca}" if tls_client_ca else ""))
+        host = address.rpartition(":")[0]
+        authed = creds is not None or tls_client_ca is not None
+        if not is_loopback(host) and not (authed and tls is not None) and not insecure:
+            missing = " and ".join(w for w, ok in (("authentication (--username or --tls-client-ca)", authed),
+                                                   ("TLS (--tls-cert/--tls-key)", tls is not None)) if not ok)
+            raise ConfigError(f"--address {address}: not loopback and no {missing}; "
+                              "add them, or --insecure to serve anyway")
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         fab = _fabric(topo, inventory)
         clock = WallClock()
         t0 = clock.now_ns()
         faults = [parse_fault(f, t0_ns=t0) for f in fault]
-        creds = None
-        if username is not None:
-            pw = _password(password_env)
-            if pw is None:
-                raise ConfigError("--username: also give --password-env")
-            creds = Credentials(username, pw)
-        tls = None
-        if (tls_cert is None) != (tls_key is None):
-            raise ConfigError("--tls-cert/--tls-key: give both or neither")
-        if tls_cert is not None and tls_key is not None:
-            try:
-                tls = TLSFiles(tls_cert.read_bytes(), tls_key.read_bytes())
-            except OSError as exc:
-                raise ConfigError(f"--tls-cert/--tls-key: {exc.filename}: {exc.strerror}") from exc
-        twin = twin_for(fab, faults=faults, utilization=utilization, seed=seed, clock=clock)
+        ff = FaultFile(fault_file) if fault_file is not None else None
+        more = ff.load(t0) if ff is not None else []
+        twin = twin_for(fab, faults=[*faults, *more], utilization=utilization, seed=seed, clock=clock)
 
         def ready(t: object) -> None:
             bound = getattr(t, "bound", address)
+            mtls = " mtls=on," if tls is not None and tls.client_ca_pem is not None else ""
             typer.echo(f"serving {len(twin.targets())} targets of {fab.name} over gNMI on {bound}"
-                       f" (tls={'on' if tls else 'off'}, auth={'on' if creds else 'off'}); Ctrl-C to stop",
-                       err=False)
+                       f" (tls={'on' if tls else 'off'},{mtls} auth={'on' if creds else 'off'}, pid {os.getpid()});"
+                       " Ctrl-C to stop", err=False)
 
-        asyncio.run(serve_twin(twin, address=address, credentials=creds, tls=tls, encoding=encoding,
-                               on_ready=ready, duration_s=duration))
+        def reloaded(n: int, err: str) -> None:
+            typer.echo(f"fault reload failed, previous faults kept: {err}" if err else
+                       f"fault file reloaded: {n} fault(s) active or scheduled", err=bool(err))
+
+        summary = asyncio.run(serve_twin(twin, address=address, credentials=creds, tls=tls, encoding=encoding,
+                                         on_ready=ready, duration_s=duration, limits=limits, grace_s=grace,
+                                         faults=faults, fault_file=ff, on_reload=reloaded))
+        t, st = summary.target, summary.target.stats
+        typer.echo(f"stopped after {summary.uptime_s:.1f} s ({summary.signal or 'duration over'}"
+                   f"{', shutdown deadline hit' if summary.stop_timed_out else ''}): {st.rpcs} RPCs, "
+                   f"{t.updates_sent} updates / {t.bytes_sent} bytes sent, {st.refused} requests over limits, "
+                   f"{st.auth_failures} failed logins ({st.auth_throttled} throttled), "
+                   f"{summary.reloads} fault reloads")
+        if summary.exit_code:
+            raise typer.Exit(summary.exit_code)
 
     @gnmi.command("collect", help=_h(_COLLECT_HELP))
     def collect_cmd(
@@ -251,7 +361,7 @@ def register(app: typer.Typer) -> None:
         address: str = typer.Argument(..., help="host:port of the gNMI target."),
         paths: list[str] = typer.Argument(..., help="gNMI path(s), wildcards allowed."),
         target: str = typer.Option(..., "--target", "-t", help="prefix.target: the device."),
-        username: str | None = typer.Option(None, "--username"),
+        username: str | None = typer.Option(None, "--username", help="User name sent as metadata (needs --password-env)."),
         password_env: str | None = typer.Option(None, "--password-env", help="Environment variable holding the password."),
         tls_ca: str | None = typer.Option(None, "--tls-ca", help="CA PEM to verify the target (enables TLS)."),
         server_name: str | None = typer.Option(None, "--server-name", help="TLS name to verify."),
@@ -263,7 +373,11 @@ def register(app: typer.Typer) -> None:
 
         from fabricscope.telemetry.collector import gnmi_get
 
-        events = asyncio.run(gnmi_get(address, target, paths, username=username, password=_password(password_env),
+        _address(address, "ADDRESS", allow_port0=False)
+        _encoding(encoding, ("proto", "json_ietf"))
+        user, pw = _login(username, password_env)
+        _clear_text_warning(address, pw, tls_ca)
+        events = asyncio.run(gnmi_get(address, target, paths, username=user, password=pw,
                                       tls_ca=tls_ca, server_name=server_name, encoding=encoding))
         if as_json:
             for e in events:
@@ -289,19 +403,27 @@ def register(app: typer.Typer) -> None:
         stream_mode: str = typer.Option("sample", "--stream-mode", help="sample | on-change | target-defined"),
         interval: str = typer.Option("1s", "--interval", help="Sample (or poll) interval."),
         heartbeat: str = typer.Option("0s", "--heartbeat", help="Heartbeat interval for on-change / suppress-redundant."),
-        updates_only: bool = typer.Option(False, "--updates-only"),
-        suppress_redundant: bool = typer.Option(False, "--suppress-redundant"),
+        updates_only: bool = typer.Option(False, "--updates-only", help="Skip the initial full set; only changes."),
+        suppress_redundant: bool = typer.Option(False, "--suppress-redundant",
+                                                help="Target sends a sampled leaf only when it changed."),
         encoding: str = typer.Option("proto", "--encoding", help="proto | json_ietf"),
-        username: str | None = typer.Option(None, "--username"),
-        password_env: str | None = typer.Option(None, "--password-env"),
-        tls_ca: str | None = typer.Option(None, "--tls-ca"),
-        server_name: str | None = typer.Option(None, "--server-name"),
+        username: str | None = typer.Option(None, "--username", help="User name sent as metadata (needs --password-env)."),
+        password_env: str | None = typer.Option(None, "--password-env", help="Environment variable holding the password."),
+        tls_ca: str | None = typer.Option(None, "--tls-ca", help="CA PEM to verify the target (enables TLS)."),
+        server_name: str | None = typer.Option(None, "--server-name", help="TLS name to verify."),
         duration: float | None = typer.Option(None, "--duration", help="Stop after this many seconds."),
     ) -> None:
         import asyncio
 
         from fabricscope.telemetry.collector import gnmi_subscribe
         from fabricscope.telemetry.config import parse_duration_ns
+
+        _address(address, "ADDRESS", allow_port0=False)
+        _encoding(encoding, ("proto", "json_ietf"))
+        _encoding(mode, ("stream", "once", "poll"), "--mode")
+        _encoding(stream_mode, ("sample", "on-change", "target-defined"), "--stream-mode")
+        username, pw = _login(username, password_env)
+        _clear_text_warning(address, pw, tls_ca)
 
         def show(events: list) -> None:  # type: ignore[type-arg]
             for e in events:
@@ -314,4 +436,4 @@ def register(app: typer.Typer) -> None:
                 interval_ns=parse_duration_ns(interval, "--interval"),
                 heartbeat_ns=parse_duration_ns(heartbeat, "--heartbeat"), updates_only=updates_only,
                 suppress_redundant=suppress_redundant, encoding=encoding, username=username,
-                password=_password(password_env), tls_ca=tls_ca, server_name=server_name, duration_s=duration))
+                password=pw, tls_ca=tls_ca, server_name=server_name, duration_s=duration))
