@@ -57,7 +57,7 @@ def test_replay_slowdown_matches_the_artifact(trial: str) -> None:
         assert abs(rep.slowdown - x_w) < abs(rep.slowdown_excess - x_w)
     if trial == "ST":
         # The stage what-if (artifact: tori / trem of the stage metric, 1.23x): ours 1.22x.
-        st = [f for f in rep.findings if f.subject == "pipeline stage 3"][0]
+        st = next(f for f in rep.findings if f.subject == "pipeline stage 3")
         assert float(st.details["slowdown"]) == pytest.approx(art["tori"] / art["trem"], rel=0.03)
 
 
