@@ -4,13 +4,19 @@ Every device of a small inventory (``leaf_spine_fabric``: default 2 spines, 4 le
 per leaf) becomes a namespace named ``<prefix><device>``; every cable a veth pair whose ends
 carry the inventory's port names. Switches are Linux routers with L4 ECMP
 (``fib_multipath_hash_policy=1``, a fixed ``fib_multipath_hash_seed``), ICMP errors from the
-ingress interface address (so traceroute hops name links) and no ICMP rate limit.
+ingress interface address (so traceroute hops name links) and no ICMP rate limit, unless
+``kernel_icmp_limits`` keeps the kernel's defaults (what a real fabric looks like to
+traceroute: 1 error/s per destination after a burst of 6, 1,000/s per router).
 
 Addresses are ONLY from 198.18.0.0/15: NICs keep their inventory address (/32, default route
 on their port, the leaf answers ARP by proxy); every router port gets 198.19.x.y from a /31
 per cable. Faults: nftables ``numgen random mod 100 < N drop`` on one link direction (the
 egress port of the sending end), ``tc tbf`` for a slow link. ``down`` deletes every namespace
 with the prefix (which removes the veths, nft tables and qdiscs inside them).
+
+Every command runs with a timeout (``CMD_TIMEOUT_S``) and ``down`` with an overall deadline,
+so neither a stuck ``ip`` nor a signal leaves a half-built lab behind for long: ``up`` tears
+down what it built on any exception, ``KeyboardInterrupt`` and :class:`Interrupted` included.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import json
 import os
 import shutil
 import subprocess
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,14 +40,32 @@ from fabricscope.model.errors import ConfigError, TransportError
 LAB_NET = ipaddress.ip_network("198.18.0.0/15")
 _P2P_BASE = int(ipaddress.IPv4Address("198.19.0.0"))
 HASH_SEED = 2026
+CMD_TIMEOUT_S = 10.0
+DOWN_DEADLINE_S = 30.0
+Progress = Callable[[str], None]
+
+
+class Interrupted(BaseException):  # like KeyboardInterrupt: not an error, ends the command
+    """A termination signal (SIGTERM) arrived during a lab operation; ``signum`` says which."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _run(cmd: list[str], *, check: bool = True, ns: str | None = None,
-         stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+         stdin: str | None = None, timeout: float = CMD_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     full = (["ip", "netns", "exec", ns] if ns else []) + cmd
-    p = subprocess.run(full, capture_output=True, text=True, check=False, input=stdin)
+    try:
+        p = subprocess.run(full, capture_output=True, text=True, check=False, input=stdin,
+                           timeout=max(0.1, timeout))
+    except subprocess.TimeoutExpired:
+        if check:
+            raise TransportError(f"lab: `{' '.join(full)}` did not finish within {timeout:g} s") from None
+        return subprocess.CompletedProcess(full, 124, "", "timeout")
     if check and p.returncode != 0:
-        raise TransportError(f"lab: `{' '.join(full)}` failed: {p.stderr.strip() or p.stdout.strip()}")
+        why = " | ".join(ln.strip() for ln in (p.stderr or p.stdout).splitlines() if ln.strip())
+        raise TransportError(f"lab: `{' '.join(full)}` failed: {why}")
     return p
 
 
@@ -78,8 +104,11 @@ def _check_prefix(prefix: str) -> None:
 
 
 def up(*, prefix: str = "fsl", leaves: int = 4, spines: int = 2, hosts_per_leaf: int = 2,
-       state_dir: Path | None = None) -> Lab:
-    """Build the lab; on any failure everything built so far is torn down."""
+       state_dir: Path | None = None, kernel_icmp_limits: bool = False,
+       progress: Progress | None = None) -> Lab:
+    """Build the lab; on any failure (or interrupt) everything built so far is torn down.
+
+    ``progress`` gets one line per step (namespaces, cables, routes)."""
     _check_prefix(prefix)
     reason = available()
     if reason:
@@ -93,8 +122,10 @@ def up(*, prefix: str = "fsl", leaves: int = 4, spines: int = 2, hosts_per_leaf:
     port_addr: dict[str, str] = {}
     lab = Lab(fabric, prefix, port_addr, state)
     try:
-        _build(lab)
+        _build(lab, kernel_icmp_limits=kernel_icmp_limits, progress=progress or (lambda _m: None))
     except BaseException:
+        if progress is not None:
+            progress("tearing down the half-built lab")
         down(prefix=prefix, state_dir=state)
         raise
     write_fabric(fabric, lab.inventory_path)
@@ -102,24 +133,29 @@ def up(*, prefix: str = "fsl", leaves: int = 4, spines: int = 2, hosts_per_leaf:
     return lab
 
 
-def _build(lab: Lab) -> None:
+def _build(lab: Lab, *, kernel_icmp_limits: bool, progress: Progress) -> None:
     f = lab.fabric
     routers = [d for d in f.switches]
+    progress(f"creating {len(f.hosts) + len(routers)} namespaces ({len(f.hosts)} hosts, {len(routers)} routers)")
     for d in (*f.hosts, *routers):
         ns = lab.ns(d.id)
         _run(["ip", "netns", "add", ns])
         _run(["ip", "link", "set", "lo", "up"], ns=ns)
+    sysctls = [("net.ipv4.ip_forward", "1"), ("net.ipv4.fib_multipath_hash_policy", "1"),
+               ("net.ipv4.icmp_errors_use_inbound_ifaddr", "1"),
+               ("net.ipv4.conf.all.rp_filter", "0"), ("net.ipv4.conf.default.rp_filter", "0")]
+    if not kernel_icmp_limits:
+        sysctls += [("net.ipv4.icmp_ratelimit", "0"), ("net.ipv4.icmp_msgs_per_sec", "100000"),
+                    ("net.ipv4.icmp_msgs_burst", "10000")]
     for d in routers:
         ns = lab.ns(d.id)
-        for key, val in (("net.ipv4.ip_forward", "1"), ("net.ipv4.fib_multipath_hash_policy", "1"),
-                         ("net.ipv4.icmp_ratelimit", "0"), ("net.ipv4.icmp_errors_use_inbound_ifaddr", "1"),
-                         ("net.ipv4.icmp_msgs_per_sec", "100000"), ("net.ipv4.icmp_msgs_burst", "10000"),
-                         ("net.ipv4.conf.all.rp_filter", "0"), ("net.ipv4.conf.default.rp_filter", "0")):
+        for key, val in sysctls:
             _run(["sysctl", "-qw", f"{key}={val}"], ns=ns)
         # The seed sysctl exists from Linux 6.11; older kernels hash with a boot-time seed.
         _run(["sysctl", "-qw", f"net.ipv4.fib_multipath_hash_seed={HASH_SEED}"], ns=ns, check=False)
     for h in f.hosts:
         _run(["sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0"], ns=lab.ns(h.id))
+    progress(f"wiring {len(f.links)} cables (veth pairs)")
     for k, ln in enumerate(f.links):
         a_tmp, b_tmp = f"{lab.prefix}{k}a", f"{lab.prefix}{k}b"
         _run(["ip", "link", "add", a_tmp, "type", "veth", "peer", "name", b_tmp])
@@ -135,6 +171,7 @@ def _build(lab: Lab) -> None:
                 lab.port_addr[port] = addr
                 _run(["ip", "addr", "add", f"{addr}/31", "dev", name], ns=ns)
                 _run(["sysctl", "-qw", f"net.ipv4.conf.{name}.rp_filter=0"], ns=ns)
+    progress(f"addressing {len(f.nics)} NICs and routing (ECMP) on {len(routers)} routers")
     # NICs: inventory address /32, default route on the port; the leaf proxies ARP.
     for nic in f.nics:
         ns = lab.ns(nic.id)
@@ -170,26 +207,38 @@ def _netns() -> list[str]:
     return [line.split()[0] for line in p.stdout.splitlines() if line.strip()]
 
 
-def down(*, prefix: str = "fsl", state_dir: Path | None = None) -> int:
+def down(*, prefix: str = "fsl", state_dir: Path | None = None, deadline_s: float = DOWN_DEADLINE_S) -> int:
     """Delete every namespace whose name starts with ``prefix`` and the lab's state folder
-    (inventory, port addresses); returns how many namespaces."""
+    (inventory, port addresses); returns how many namespaces. Every command shares one
+    ``deadline_s``; what is left after it is reported (TransportError), never waited on."""
     _check_prefix(prefix)
+    t_end = time.monotonic() + deadline_s
+
+    def left() -> float:
+        return min(CMD_TIMEOUT_S, t_end - time.monotonic())
+
     state = state_dir or Path(f"/tmp/fabricscope-lab-{prefix}")
     for name in ("inventory.json", "ports.json"):
         (state / name).unlink(missing_ok=True)
     with contextlib.suppress(OSError):  # not there, or holds files that are not ours
         state.rmdir()
     n = 0
-    for ns in _netns():
-        if ns.startswith(prefix):
-            _run(["ip", "netns", "del", ns], check=False)
-            n += 1
+    mine = [ns for ns in _netns() if ns.startswith(prefix)]
+    if mine:
+        # One `ip -batch` instead of a process per namespace: a 14-namespace lab in one call.
+        _run(["ip", "-force", "-batch", "-"], check=False, stdin="".join(f"netns del {ns}\n" for ns in mine),
+             timeout=max(0.1, t_end - time.monotonic()))
+        n = len(mine)
     # veths left in the root namespace by a half-built lab
-    p = _run(["ip", "-o", "link", "show"], check=False)
+    p = _run(["ip", "-o", "link", "show"], check=False, timeout=left())
     for line in p.stdout.splitlines():
         name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
-        if name.startswith(prefix) and name[len(prefix):-1].isdigit():
-            _run(["ip", "link", "del", name], check=False)
+        if name.startswith(prefix) and name[len(prefix):-1].isdigit() and left() > 0:
+            _run(["ip", "link", "del", name], check=False, timeout=left())
+    stuck = [ns for ns in _netns() if ns.startswith(prefix)]
+    if stuck:
+        raise TransportError(f"lab down: {len(stuck)} namespaces with prefix {prefix!r} remain after "
+                             f"{deadline_s:g} s (e.g. {stuck[0]}); run `fabricscope lab down --prefix {prefix}` again")
     return n
 
 
@@ -225,9 +274,10 @@ def fault(lab: Lab, link: str, *, loss_pct: int | None = None, rate: str | None 
         if not 0 < loss_pct <= 100:
             raise ConfigError(f"lab fault: --loss must be in 1..100, got {loss_pct}")
         table = f"{lab.prefix}fault"
+        match = "" if loss_pct == 100 else f"numgen random mod 100 < {int(loss_pct)} "  # nft: mod 100 < 100 is invalid
         rules = (f"table inet {table} {{\n  chain out {{\n"
                  f"    type filter hook postrouting priority 0;\n"
-                 f'    oifname "{ifname}" numgen random mod 100 < {int(loss_pct)} drop\n  }}\n}}\n')
+                 f'    oifname "{ifname}" {match}drop\n  }}\n}}\n')
         _run(["nft", "delete", "table", "inet", table], ns=ns, check=False)
         _run(["nft", "-f", "-"], ns=ns, stdin=rules)
         out.append(f"{loss_pct}% random drop")

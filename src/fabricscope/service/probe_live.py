@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
+import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -26,7 +28,14 @@ from fabricscope.model.records import Finding, FiveTuple, ProbeSample
 from fabricscope.probe.agent import Counters, Prober, Responder
 from fabricscope.probe.analysis import Baseline, Observations, analyze
 from fabricscope.probe.localize import PathModel
-from fabricscope.probe.plan import plan_probes
+from fabricscope.probe.plan import plan_mesh, plan_probes
+from fabricscope.probe.traceroute import (
+    HopMap,
+    TraceResult,
+    local_ipv4_addresses,
+    path_cache_entries,
+    trace_paths,
+)
 from fabricscope.store.probes import ProbeStore, write_jsonl
 
 
@@ -316,6 +325,64 @@ async def run_agent(
 ) -> AgentSnapshot:
     """Run a :class:`ProbeAgent` (keyword arguments as its constructor) until it stops."""
     return await ProbeAgent(fabric, self_id, **kw).run(handle_signals=handle_signals)
+
+
+def trace_flows(fabric: Fabric, nics: Sequence[str], *, seed: int = 0, epoch_s: float = 30.0,
+                rate_pps: float = 100.0, now_s: float | None = None) -> list[FiveTuple]:
+    """The 5-tuples to trace for ``nics``: their probe flows of this epoch and the next, and
+    the reply direction of every flow that probes them (it starts at this host)."""
+    mine = set(nics)
+    ep = int((time.time() if now_s is None else now_s) // epoch_s)
+    flows: list[FiveTuple] = []
+    for e in (ep, ep + 1):
+        for src, plan in plan_mesh(fabric, seed=seed, epoch=e, budget_pps=rate_pps, epoch_s=epoch_s).items():
+            for dst, ft in plan.flows(fabric):
+                if src in mine:
+                    flows.append(ft)
+                if dst in mine:
+                    flows.append(FiveTuple(ft.dst_ip, ft.src_ip, ft.dst_port, ft.src_port, ft.proto))
+    return list(dict.fromkeys(flows))
+
+
+def local_nics(fabric: Fabric, addresses: Iterable[str]) -> list[str]:
+    """The inventory NICs whose address is one of ``addresses`` (this host's interfaces)."""
+    by_addr = fabric.nic_by_address
+    return sorted({by_addr[a].id for a in addresses if a in by_addr})
+
+
+def read_port_addresses(path: Path) -> dict[str, str]:
+    """Router port addresses: JSON ``{port id: address}``, or a lab's ``ports.json``."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read port addresses: {exc}") from None
+    if isinstance(data, dict) and isinstance(data.get("port_addr"), dict):
+        data = data["port_addr"]
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        raise ConfigError(f"{path}: expected a JSON object {{port id: address}} (or a lab ports.json)")
+    return dict(data)
+
+
+def trace_host(fabric: Fabric, nics: Sequence[str] | None, *, port_addr: Mapping[str, str] | None = None,
+               seed: int = 0, epoch_s: float = 30.0, rate_pps: float = 100.0, **trace_kw: Any,
+               ) -> tuple[list[FiveTuple], TraceResult]:
+    """Paris-trace the probe flows of ``nics`` (None: the inventory NICs on this host's
+    interfaces) in both directions; returns the flows and the :class:`TraceResult`."""
+    if nics is None:
+        nics = local_nics(fabric, local_ipv4_addresses())
+        if not nics:
+            raise ConfigError(f"lab trace: no NIC of inventory {fabric.name!r} has an address on this "
+                              "host's interfaces; give --self (or run inside the host's namespace)")
+    flows = trace_flows(fabric, nics, seed=seed, epoch_s=epoch_s, rate_pps=rate_pps)
+    return flows, trace_paths(fabric, flows, HopMap.build(fabric, port_addr), **trace_kw)
+
+
+def write_path_cache(result: TraceResult, out: Path) -> None:
+    """Write the traced paths (atomically: a reader never sees half a file)."""
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(path_cache_entries(result), fh)
+    os.replace(tmp, out)
 
 
 def read_paths(path: Path, fabric: Fabric) -> dict[tuple[str, str, int, int], tuple[int, ...]]:
