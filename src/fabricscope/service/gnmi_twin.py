@@ -126,8 +126,6 @@ async def serve_twin(
     await target.start()
     t0 = time.monotonic()
     summary = ServeSummary(target, 0.0)
-    if on_ready is not None:
-        on_ready(target)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -158,6 +156,9 @@ async def serve_twin(
     if fault_file is not None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGHUP, on_hup)
+    # ready only once the handlers are in: a signal sent on the "serving" line is handled
+    if on_ready is not None:
+        on_ready(target)
     try:
         if duration_s is None:
             await stop.wait()
