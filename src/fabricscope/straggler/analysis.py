@@ -525,6 +525,9 @@ def analyze(
             # Slow operators off the critical path (or noise): they explain no symptom.
             verdicts[subject] = (f"not reported: idealizing it saves {_ms(g_mean)} per step "
                                  f"over {b - a} step(s), below the noise floor {_ms(need)}")
+            warns.append(f"{subject}: {evidence[0] if evidence else 'slow operators'}; but they "
+                         f"are off the critical path (replay without them saves "
+                         f"{_ms(g_mean)} per step, noise floor {_ms(need)}): not a finding")
             continue
         dc_found = np.minimum(dc_found, dc)
         di_found = np.minimum(di_found, di)

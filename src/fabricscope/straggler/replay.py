@@ -19,10 +19,9 @@ This module builds that graph from timestamps alone, for any trace the readers p
 
 Each iteration is replayed from its actual start (iterations are separated by the gradient
 synchronisation); host-side gaps between operators are not replayed (the artifact's
-"no launch delay" baseline). The graph is evaluated level by level (Kahn's algorithm,
-vectorised over all iterations at once); a cycle, possible only when timestamps of a few
-operators coincide within the tolerance, is broken by releasing the earliest stuck nodes, and
-counted.
+"no launch delay" baseline). The graph is evaluated in one topological pass (Kahn's algorithm,
+numba-compiled); a cycle, possible only when timestamps of a few operators coincide within
+the tolerance, is broken by releasing the earliest stuck node, and counted.
 """
 
 from __future__ import annotations
@@ -61,6 +60,10 @@ class Graph:
     it_start: F64
     dur_chain: F64
     dur_inst: F64
+    #: CSR of the out-edges (``dst_sorted[bounds[v]:bounds[v + 1]]``) and in-degrees
+    bounds: I64 | None = None
+    dst_sorted: I64 | None = None
+    indeg: I64 | None = None
 
     @property
     def n_chain(self) -> int:
@@ -74,6 +77,17 @@ class Graph:
 def _is_pure_send(names: list[str]) -> npt.NDArray[np.bool_]:
     low = [n.lower() for n in names]
     return np.array([("send" in n and "recv" not in n) for n in low] or [False], dtype=bool)
+
+
+def _lane_time_order(lane: I64, t: I64) -> I64:
+    """Order by (lane, time): one packed int64 argsort (several times faster than lexsort)."""
+    if lane.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    lo = int(t.min())
+    span = int(t.max()) - lo + 1
+    if (int(lane.max()) + 1) * span < (1 << 62):
+        return np.argsort(lane.astype(np.int64) * span + (t - lo), kind="stable").astype(np.int64)
+    return np.lexsort((t, lane)).astype(np.int64)
 
 
 def _last_before(lane_a: I64, t_a: I64, lane_b: I64, t_b: I64) -> I64:
@@ -115,7 +129,7 @@ def build_graph(table: OpTable, inst: Instances, *, eps_ns: int = EPS_NS) -> Gra
     np.minimum.at(it_start, i_idx, table.start)
     is_comm = (table.kind == COLLECTIVE) | (table.kind == P2P)
     chain = np.flatnonzero(~is_comm)
-    chain = chain[np.lexsort((table.start[chain], lane[chain]))]
+    chain = chain[_lane_time_order(lane[chain], table.start[chain])]
     n_c = chain.size
     c_lane = lane[chain]
     src: list[I64] = []
@@ -131,7 +145,7 @@ def build_graph(table: OpTable, inst: Instances, *, eps_ns: int = EPS_NS) -> Gra
     node_of_row = n_c + inst.inst
     if rows.size and n_c:
         c_end = table.end[chain]
-        oe = np.lexsort((c_end, c_lane))
+        oe = _lane_time_order(c_lane, c_end)
         pos = _last_before(c_lane[oe], c_end[oe], lane[rows], table.start[rows] + eps_ns)
         ok = pos >= 0
         src.append(oe[pos[ok]])
@@ -140,7 +154,7 @@ def build_graph(table: OpTable, inst: Instances, *, eps_ns: int = EPS_NS) -> Gra
     if rows.size:
         m_lane = lane[rows]
         m_end = table.end[rows]
-        oe = np.lexsort((m_end, m_lane))
+        oe = _lane_time_order(m_lane, m_end)
         coll = np.flatnonzero(table.kind[rows] == COLLECTIVE)
         pos = _last_before(m_lane[oe], m_end[oe], m_lane[coll], table.start[rows[coll]] + eps_ns)
         ok = pos >= 0
@@ -158,17 +172,80 @@ def build_graph(table: OpTable, inst: Instances, *, eps_ns: int = EPS_NS) -> Gra
         ok = pos >= 0
         src.append(node_of_row[blk[ok]])
         dst.append(pos[ok])
+    # Duplicate edges are harmless (in-degree counts them and each release removes one).
     s = np.concatenate(src) if src else np.zeros(0, dtype=np.int64)
     d = np.concatenate(dst) if dst else np.zeros(0, dtype=np.int64)
-    if s.size:
-        n_nodes = n_c + inst.n
-        key = np.unique(s.astype(np.int64) * n_nodes + d)
-        s, d = key // n_nodes, key % n_nodes
     it_node = np.concatenate([i_idx[chain], np.searchsorted(its, inst.iteration)]).astype(np.int64)
+    n_nodes = n_c + inst.n
+    o = np.argsort(s, kind="stable")
+    bounds = np.searchsorted(s[o], np.arange(n_nodes + 1)).astype(np.int64)
+    indeg = np.bincount(d, minlength=n_nodes).astype(np.int64)
     return Graph(chain.astype(np.int64), inst.n, s.astype(np.int64), d.astype(np.int64), it_node,
                  it_start.astype(np.float64),
                  (table.end[chain] - table.start[chain]).astype(np.float64),
-                 inst.transfer.astype(np.float64))
+                 inst.transfer.astype(np.float64), bounds, d[o].astype(np.int64), indeg)
+
+
+def _kahn(bounds: I64, dst_sorted: I64, indeg: I64, ready: F64, dur: F64, end: F64) -> int:
+    """Longest-path replay in topological order (Kahn); returns the cycle releases.
+
+    Written in the numba-compatible subset: compiled when numba is installed (as
+    :mod:`fabricscope.sim.maxmin` does), plain Python otherwise.
+    """
+    n = indeg.shape[0]
+    queue = np.empty(n, dtype=np.int64)
+    done = np.zeros(n, dtype=np.bool_)
+    head = 0
+    tail = 0
+    for v in range(n):
+        if indeg[v] == 0:
+            queue[tail] = v
+            tail += 1
+    processed = 0
+    broken = 0
+    while processed < n:
+        if head == tail:
+            # A cycle from coinciding timestamps: release the earliest stuck node.
+            best = -1
+            for v in range(n):
+                if not done[v] and (best < 0 or ready[v] < ready[best]):
+                    best = v
+            queue[tail] = best
+            tail += 1
+            indeg[best] = 0
+            broken += 1
+        v = queue[head]
+        head += 1
+        if done[v]:
+            continue
+        done[v] = True
+        processed += 1
+        e = ready[v] + dur[v]
+        end[v] = e
+        for k in range(bounds[v], bounds[v + 1]):
+            w = dst_sorted[k]
+            if e > ready[w]:
+                ready[w] = e
+            indeg[w] -= 1
+            if indeg[w] == 0 and not done[w]:
+                queue[tail] = w
+                tail += 1
+    return broken
+
+
+_KERNEL: list[object] = []
+
+
+def _kernel() -> object:
+    """The compiled :func:`_kahn` (numba, cached on disk), or the Python one."""
+    if not _KERNEL:
+        try:
+            import numba
+
+            _KERNEL.append(numba.njit(cache=True, nogil=True)(_kahn))
+        except ImportError:  # pragma: no cover - numba is a declared dependency
+            _KERNEL.append(_kahn)
+    return _KERNEL[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,46 +257,29 @@ class Replay:
 
 
 def replay(graph: Graph, dur_chain: F64 | None = None, dur_inst: F64 | None = None) -> Replay:
-    """Replay ``graph`` with the given durations (default: the actual ones)."""
-    n_c, n = graph.n_chain, graph.n_nodes
+    """Replay ``graph`` with the given durations (default: the actual ones).
+
+    Linear in nodes + edges (one topological pass); each iteration starts at its actual start.
+    """
+    n = graph.n_nodes
     dur = np.concatenate([graph.dur_chain if dur_chain is None else dur_chain,
                           graph.dur_inst if dur_inst is None else dur_inst]).astype(np.float64)
-    ready = graph.it_start[graph.it_node].copy() if n else np.zeros(0)
+    ready = graph.it_start[graph.it_node].astype(np.float64) if n else np.zeros(0)
     end = np.zeros(n)
-    o = np.argsort(graph.src, kind="stable")
-    s_sorted, d_sorted = graph.src[o], graph.dst[o]
-    bounds = np.searchsorted(s_sorted, np.arange(n + 1))
-    indeg = np.bincount(graph.dst, minlength=n).astype(np.int64)
-    done = np.zeros(n, dtype=bool)
-    frontier = np.flatnonzero(indeg == 0)
-    broken = 0
-    left = n
-    while left:
-        if frontier.size == 0:
-            # A cycle from coinciding timestamps: release the earliest stuck nodes.
-            stuck = np.flatnonzero(~done)
-            frontier = stuck[ready[stuck] <= ready[stuck].min()]
-            broken += int(frontier.size)
-        end[frontier] = ready[frontier] + dur[frontier]
-        done[frontier] = True
-        left -= int(frontier.size)
-        starts, stops = bounds[frontier], bounds[frontier + 1]
-        cnt = stops - starts
-        if cnt.sum() == 0:
-            frontier = np.zeros(0, dtype=np.int64)
-            continue
-        idx = np.repeat(starts - np.cumsum(np.r_[0, cnt[:-1]]), cnt) + np.arange(int(cnt.sum()))
-        ds = d_sorted[idx]
-        np.maximum.at(ready, ds, np.repeat(end[frontier], cnt))
-        np.subtract.at(indeg, ds, 1)
-        cand = np.unique(ds)
-        frontier = cand[(indeg[cand] == 0) & ~done[cand]]
+    if graph.bounds is None or graph.dst_sorted is None or graph.indeg is None:
+        o = np.argsort(graph.src, kind="stable")
+        bounds = np.searchsorted(graph.src[o], np.arange(n + 1)).astype(np.int64)
+        dst_sorted = graph.dst[o].astype(np.int64)
+        indeg = np.bincount(graph.dst, minlength=n).astype(np.int64)
+    else:
+        bounds, dst_sorted, indeg = graph.bounds, graph.dst_sorted, graph.indeg.copy()
+    kernel = _kernel()
+    broken = int(kernel(bounds, dst_sorted, indeg, ready, dur, end))  # type: ignore[operator]
     n_i = graph.it_start.size
     it_end = np.full(n_i, -np.inf)
     if n:
         np.maximum.at(it_end, graph.it_node, end)
     out = np.where(np.isfinite(it_end), it_end - graph.it_start, 0.0)
-    _ = n_c
     return Replay(np.maximum(out, 0.0), broken)
 
 
