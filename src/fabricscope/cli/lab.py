@@ -36,9 +36,9 @@ Examples:
 
   fabricscope lab up --prefix fx --leaves 2 --spines 2 --hosts-per-leaf 1
 
-  fabricscope lab fault 'leaf-000:eth3->spine-00:eth1' --loss 5 --prefix fx
+  fabricscope lab fault 'leaf-000:eth3->spine-01:eth1' --loss 5 --prefix fx
 
-  fabricscope lab fault 'spine-01:eth2->leaf-001:eth4' --rate 1mbit --prefix fx
+  fabricscope lab fault 'spine-01:eth2->leaf-001:eth3' --rate 1mbit --prefix fx
 
   fabricscope lab fault --clear --prefix fx
 

@@ -146,6 +146,7 @@ class ProbeAgent:
         self._done = Counters()  # probers of finished epochs
         self._done_answered = self._done_lost = 0
         self._stored = 0
+        self._flows = 0  # flows of the current (or last) epoch's plan
         self._buf: list[tuple[ProbeSample, int]] = []
         self._store: ProbeStore | None = None
         self._fh: IO[str] | None = None
@@ -213,7 +214,7 @@ class ProbeAgent:
                     rejected[f"{role}/{reason}"] = rejected.get(f"{role}/{reason}", 0) + n
         probers = self._probers
         return AgentSnapshot(
-            nics=tuple(self.nics), flows=sum(p.flow_count for p in probers),
+            nics=tuple(self.nics), flows=self._flows,
             probes_sent=self._done.sent + sum(p.counters.sent for p in probers),
             probes_answered=self._done_answered + sum(p.answered for p in probers),
             probes_lost=self._done_lost + sum(p.lost for p in probers),
@@ -278,7 +279,8 @@ class ProbeAgent:
                                        budget_pps=self.rate_pps, epoch_s=self.epoch_s)
                     self._probers.append(await Prober(n, plan.flows(self.fabric), self._sink,
                                                       rate_pps=self.rate_pps).start())
-                self.log(f"epoch {epoch}: probing {sum(p.flow_count for p in self._probers)} flows "
+                self._flows = sum(p.flow_count for p in self._probers)
+                self.log(f"epoch {epoch}: probing {self._flows} flows "
                          f"from {', '.join(self.nics)} at {self.rate_pps:g} probes/s per NIC")
                 next_epoch = (epoch + 1) * self.epoch_s
                 while not self._stop.is_set() and time.time() < next_epoch:
