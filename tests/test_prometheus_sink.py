@@ -208,3 +208,32 @@ def test_a_port_in_use_is_a_transport_error() -> None:
             PrometheusSink(f"127.0.0.1:{sink.port}")
     finally:
         sink.close()
+
+
+def test_the_collector_wires_its_self_metrics_into_a_configured_sink() -> None:
+    from fabricscope.telemetry.collector import Collector
+
+    cfg = parse_config({"targets": {"t": {"address": "127.0.0.1:1"}}, "subscriptions": {"s": {"paths": ["/a"]}},
+                        "sinks": [{"type": "prometheus", "listen": "127.0.0.1:0"}]}, source="c.yaml")
+    col = Collector(cfg)
+    try:
+        sink = col.sinks[0]
+        assert isinstance(sink, PrometheusSink)
+        t = types(scrape(sink.port))
+    finally:
+        col.close()
+    assert t["fabricscope_collector_received_total"] == "counter"
+    assert t["fabricscope_collector_buffer_fill_ratio"] == "gauge"
+
+
+def test_a_failing_self_metrics_snapshot_does_not_fail_the_scrape() -> None:
+    def boom() -> list[tuple[str, str, dict[str, str], float]]:
+        raise RuntimeError("dictionary changed size during iteration")
+
+    sink = PrometheusSink("127.0.0.1:0", self_metrics=boom)
+    try:
+        sink.write([ev(OCT, 1, 10)], [])
+        body = scrape(sink.port)
+    finally:
+        sink.close()
+    assert "in_octets_total" in body and "fabricscope_collector_" not in body

@@ -178,7 +178,10 @@ class MetricsState:
                                     f"Active findings evicted because max-active-findings ({self.max_active}) "
                                     "was reached", value=evicted)]
         if self.self_metrics is not None:
-            out += _self_families(self.self_metrics())
+            try:
+                out += _self_families(self.self_metrics())
+            except Exception:  # a foreign snapshot (read while the collector runs) must not cost the scrape
+                log.warning("prometheus sink: collector self-metrics unavailable for this scrape", exc_info=True)
         return out
 
     def render(self) -> bytes:
