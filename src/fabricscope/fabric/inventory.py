@@ -191,6 +191,13 @@ class Fabric:
                 used[end] = ln.id
             if a == b or port_device(a) == port_device(b):
                 raise InventoryError(f"{source}: links[{ln.id}]: a link must join two devices")
+            for end in (a, b):
+                owner = dev[prt[end].device]
+                if owner.role == "host":  # hosts reach the fabric through their NICs only
+                    raise InventoryError(
+                        f"{source}: links[{ln.id}]: port {end!r} is on {owner.id!r}, whose role is "
+                        "'host'; a cable ends at a NIC or a switch (a switch relabelled as a host?)"
+                    )
             if not ln.capacity_gbps > 0:
                 raise InventoryError(
                     f"{source}: links[{ln.id}].capacity_gbps: must be > 0, got {ln.capacity_gbps!r}"

@@ -83,7 +83,9 @@ def _is_number(v: object) -> bool:
 def _check_keys(item: Mapping[Any, Any], allowed: set[str], where: str, pr: _Problems) -> None:
     for k in item:
         if k not in allowed:
-            pr.add(f"{where}.{k}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
+            # repr unless a plain word: a key with a newline must not break the one-line error
+            shown = k if isinstance(k, str) and k.isidentifier() else repr(k)
+            pr.add(f"{where}.{shown}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
 
 
 def _check_id(v: object, where: str, pr: _Problems, *, port: bool = False) -> bool:
@@ -224,7 +226,10 @@ def fabric_from_dict(data: object, *, source: str = "<dict>", name: str | None =
     meta = data.get("meta") or {}
     if not isinstance(meta, dict):
         pr.add("meta", f"expected a mapping, got {type(meta).__name__}")
-    devices = _devices(_list(data, "devices", pr, required=True), pr)
+    raw_devices = _list(data, "devices", pr, required=True)
+    if isinstance(data.get("devices"), list) and not raw_devices:
+        pr.add("devices", "empty (an inventory needs its hosts, NICs and switches)")
+    devices = _devices(raw_devices, pr)
     ports = _ports(_list(data, "ports", pr, required=False), pr)
     links = _links(_list(data, "links", pr, required=True), pr)
     pr.raise_if_any()
@@ -309,7 +314,16 @@ def parse_fabric(text: str, *, fmt: str, source: str = "<text>") -> Fabric:
         raise InventoryError(f"{source}{where}: malformed YAML: {problem}") from None
     except json.JSONDecodeError as exc:
         raise InventoryError(f"{source}:{exc.lineno}:{exc.colno}: malformed JSON: {exc.msg}") from None
-    return fabric_from_dict(data, source=source)
+    except RecursionError:
+        # An inventory is four levels deep; thousands of nested brackets are not one.
+        raise InventoryError(
+            f"{source}: malformed {fmt.upper()}: nested too deeply (an inventory is a mapping of "
+            "lists of flat mappings)"
+        ) from None
+    try:
+        return fabric_from_dict(data, source=source)
+    except RecursionError:
+        raise InventoryError(f"{source}: meta: nested too deeply") from None
 
 
 def read_fabric(path: str | Path) -> Fabric:
