@@ -169,7 +169,7 @@ targets:
 subscriptions:
   s: {{paths: [/t], sample-interval: 100ms}}
 sinks:
-  - {{type: duckdb, path: "{tmp / 'telemetry.duckdb'}"}}
+  - {{type: duckdb, path: "{tmp / 'telemetry.duckdb'}", roll-interval: 0}}
 buffer: {{max-events: 200000, batch: 2000, flush-interval: 50ms}}
 backoff: {{initial: 100ms, max: 1s}}
 workers: {workers}
