@@ -229,7 +229,8 @@ class _Ctx:
         return w
 
     def err(self, w: str, msg: str) -> ConfigError:
-        return ConfigError(f"{self.src}: {self.where(w)}: {msg}")
+        where = "top level" if w == "<top>" else self.where(w)
+        return ConfigError(f"{self.src}: {where}: {msg}")
 
 
 def _check_keys(c: _Ctx, where: str, d: Mapping[Any, Any], allowed: Sequence[str] | frozenset[str]) -> None:
@@ -344,6 +345,13 @@ def _out_path(c: _Ctx, where: str, v: object) -> str:
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise c.err(where, f"cannot write {show(v)}: permission denied")
     return v
+
+
+def _name(c: _Ctx, where: str, k: object) -> str:
+    """A mapping key that names something (a target, a subscription): a string or an integer."""
+    if isinstance(k, bool) or not isinstance(k, str | int) or not str(k).strip():
+        raise c.err(f"{where}.{_key(k)}", f"expected a name (a string), got {show(k)}")
+    return str(k)
 
 
 def _subscription(c: _Ctx, name: str, raw: object) -> SubscriptionConfig:
@@ -523,10 +531,12 @@ def parse_config(data: object, *, source: str = "<config>", labels: Mapping[str,
     inventory = _file(c, "inventory", top["inventory"]) if top.get("inventory") is not None else None
     subs: dict[str, SubscriptionConfig] = {}
     for name, raw in _mapping(c, "subscriptions", top.get("subscriptions")).items():
-        subs[str(name)] = _subscription(c, str(name), raw)
+        n = _name(c, "subscriptions", name)
+        subs[n] = _subscription(c, n, raw)
     if not subs:
         raise c.err("subscriptions", "at least one subscription is required")
-    targets = [_target(c, str(name), raw, subs) for name, raw in _mapping(c, "targets", top.get("targets")).items()]
+    targets = [_target(c, _name(c, "targets", name), raw, subs)
+               for name, raw in _mapping(c, "targets", top.get("targets")).items()]
     if not targets:
         raise c.err("targets", "at least one target is required")
     procs = _processors(c, top.get("processors"), inventory is not None)
