@@ -278,6 +278,9 @@ def test_faults_injected_while_serving_via_fault_file_and_sighup(tmp_path: Path)
         err = p.stderr.readline()
         assert "fault reload failed, previous faults kept" in err and "faults.txt:1" in err, err
         assert oper("eth3") == "DOWN"
+        ff.write_text("link-down leaf-000:eth3\nlink-down leaf-000:eth99\n")  # no such port: all refused
+        p.send_signal(signal.SIGHUP)
+        assert "no such port or link 'leaf-000:eth99'" in p.stderr.readline()
         ff.write_text("")  # removing the line ends the fault
         p.send_signal(signal.SIGHUP)
         assert "fault file reloaded: 1 fault(s)" in p.stdout.readline()  # the ended one stays in history

@@ -83,6 +83,13 @@ class FaultFile:
         self._live = live
         return [*self._ended, *live.values()]
 
+    def snapshot(self) -> tuple[dict[str, Fault], list[Fault]]:
+        return dict(self._live), list(self._ended)
+
+    def restore(self, snap: tuple[dict[str, Fault], list[Fault]]) -> None:
+        """Undo a :meth:`load` whose faults the twin refused (a reload is all or nothing)."""
+        self._live, self._ended = dict(snap[0]), list(snap[1])
+
 
 @dataclass
 class ServeSummary:
@@ -136,19 +143,23 @@ async def serve_twin(
 
     def on_hup() -> None:
         assert fault_file is not None
+        snap = fault_file.snapshot()
         try:
             more = fault_file.load(twin.clock.now_ns())
             twin.set_faults(FaultSchedule.of([*faults, *more]))
         except FabricscopeError as exc:
+            fault_file.restore(snap)
             summary.reload_errors.append(str(exc))
-            log.error("fault reload failed, previous faults kept: %s", exc)
             if on_reload is not None:
                 on_reload(-1, str(exc))
+            else:
+                log.error("fault reload failed, previous faults kept: %s", exc)
             return
         summary.reloads += 1
-        log.info("fault file reloaded: %d fault(s)", len(twin.faults.faults))
         if on_reload is not None:
             on_reload(len(twin.faults.faults), "")
+        else:
+            log.info("fault file reloaded: %d fault(s)", len(twin.faults.faults))
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
