@@ -353,14 +353,15 @@ def test_sink_outage_10s_loses_nothing_and_recovers(lab, workers: int) -> None: 
     assert "spilled 0" in col.out and "lost 0" in col.out
 
 
-def test_sigterm_during_sink_outage_spills_and_next_start_replays(lab) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_during_sink_outage_spills_and_next_start_replays(lab, workers: int) -> None:  # type: ignore[no-untyped-def]
     tmp, made = lab
     port = _free_port()
     a = Target(tmp, port)
     made.append(a)
     db = tmp / "telemetry.duckdb"
     spill = tmp / "collector.spill.jsonl"
-    cfg = _config(tmp, port, ["dev-a", "dev-b"], deadline="1s")
+    cfg = _config(tmp, port, ["dev-a", "dev-b"], deadline="1s", workers=workers)
     col = Collect(cfg)
     made.append(col)
     _wait(lambda: min(a.counts()[0][d] for d in ("dev-a", "dev-b")) >= 30 * UPDATES and _wal_size(db) > 0,
