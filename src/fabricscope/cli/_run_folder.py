@@ -35,7 +35,8 @@ def prepare_twin_folder(outdir: Path, *, force: bool) -> None:
             raise ConfigError(f"straggler twin: {kdir} is a file, not the kineto/ folder; "
                               f"remove it or choose another folder")
         if kdir.is_dir():
-            foreign = sorted(p.name for p in kdir.iterdir() if not _RANK_FILE.fullmatch(p.name))
+            foreign = sorted(p.name for p in kdir.iterdir()
+                             if not (_RANK_FILE.fullmatch(p.name) and p.is_file()))
             if foreign:
                 raise ConfigError(
                     f"straggler twin --force: {kdir} holds {foreign[0]!r}"
@@ -60,7 +61,7 @@ def remove_stale_ranks(outdir: Path, world_size: int) -> list[Path]:
     if kdir.is_dir():
         for p in kdir.iterdir():
             m = _RANK_FILE.fullmatch(p.name)
-            if m and int(m.group(1)) >= world_size:
+            if m and p.is_file() and int(m.group(1)) >= world_size:
                 stale.append(p)
     stale.sort(key=lambda p: int(p.name[4:].split(".")[0]))
     for p in stale:
