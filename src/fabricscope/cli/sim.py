@@ -10,9 +10,11 @@ _HELP = """Simulate a workload on a fabric with one or several load-balancing sc
 
 The flow-level engine gives every flow max-min fair rates between arrivals and completions and reports FCTs, collective busbw, link utilization and any unroutable flow. Give a scenario YAML file (see docs/sim.md) or describe the scenario with flags.
 
---topo is KIND[:KEY=VALUE,...] (a builder: leaf-spine, fat-tree, rail-optimized, multi-plane, dual-tor) or an inventory FILE. --workload is KIND[:KEY=VALUE,...] (permutation, nic-all-to-all, incast, allreduce, allgather, reducescatter, alltoall, flows, job). A LINK is a cable id 'a:eth1|b:eth2', a port 'a:eth1' or two devices 'a~b'.
+--topo is KIND[:KEY=VALUE,...] (a builder: leaf-spine, fat-tree, rail-optimized, multi-plane, dual-tor; the same spec as `topo build`, every parameter has a default) or an inventory FILE. --workload is KIND[:KEY=VALUE,...] (permutation, nic-all-to-all, incast, allreduce, allgather, reducescatter, alltoall, flows, job). A LINK is a cable id 'a:eth1|b:eth2', a port 'a:eth1' or two devices 'a~b'.
 
-Schemes: ecmp, random (uniform random path), spray (per-packet), flowlet, dlb (least-loaded next hop per flowlet), stripe (multi-plane NICs).
+Schemes: ecmp, random (uniform random path), spray (per-packet), flowlet, dlb (least-loaded path per flowlet, CONGA-style, against current capacity), stripe (multi-plane or dual-homed NICs only).
+
+With several --seed every cell is mean ±sd over the seeds and each comparison below the table says whether it exceeds the seed spread (95% CI). A workload estimated above 2,000,000 flows per seed is refused unless --force (a ring's steady_state=true answers in seconds).
 
 Examples:
 
