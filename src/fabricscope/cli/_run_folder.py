@@ -30,6 +30,10 @@ def prepare_twin_folder(outdir: Path, *, force: bool) -> None:
             raise ConfigError(
                 f"straggler twin: {outdir} already holds a run ({', '.join(held)}); choose an "
                 f"empty folder or pass --force to replace it")
+        for name in RUN_FILES[1:]:
+            if (outdir / name).exists() and not (outdir / name).is_file():
+                raise ConfigError(f"straggler twin: {outdir / name} is not a file; remove it "
+                                  f"or choose another folder")
         kdir = outdir / "kineto"
         if kdir.exists() and not kdir.is_dir():
             raise ConfigError(f"straggler twin: {kdir} is a file, not the kineto/ folder; "
