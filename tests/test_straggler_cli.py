@@ -290,3 +290,22 @@ def test_top_applies_to_json_when_given() -> None:
     assert every.exit_code == 0 and two.exit_code == 0, every.output + two.output
     n_all = len(json.loads(every.stdout)["candidates"])
     assert n_all > 2 and len(json.loads(two.stdout)["candidates"]) == 2
+
+
+def test_twin_folder_with_our_names_on_the_wrong_kind_of_entry_is_refused(tmp_path: Path) -> None:
+    from fabricscope.cli._run_folder import prepare_twin_folder
+    from fabricscope.model.errors import ConfigError
+
+    a = tmp_path / "a"
+    (a / "truth.json").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"truth\.json is not a file"):
+        prepare_twin_folder(a, force=True)
+    b = tmp_path / "b"
+    (b / "kineto" / "rank3.json.gz").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"holds 'rank3\.json\.gz'"):
+        prepare_twin_folder(b, force=True)
+    c = tmp_path / "c"
+    c.mkdir()
+    (c / "notes.txt").write_text("unrelated")  # non-empty, but no run: fine
+    prepare_twin_folder(c, force=False)
+    assert sorted(p.name for p in c.iterdir()) == ["notes.txt"]
