@@ -96,7 +96,7 @@ CASES: list[tuple[str, list[str], list[str]]] = [
      ["stripe"]),
     ("demo-out-is-a-file", ["demo", "--out", "/etc/passwd"], ["/etc/passwd"]),
     ("probe-agent-jsonl-missing-folder", ["probe", "agent", "-i", "{d}/ls.yaml", "--self",
-                                          "host-000-00", "--jsonl", "/nonexistent/x.jsonl",
+                                          "host0000", "--jsonl", "/nonexistent/x.jsonl",
                                           "--duration", "1"], ["/nonexistent"]),
     ("probe-analyze-empty-jsonl", ["probe", "analyze", "-i", "{d}/ls.yaml", "--jsonl",
                                    "{d}/empty.jsonl"], ["empty.jsonl"]),
