@@ -11,6 +11,7 @@ Measures, on this machine, with the target in its own process (``fabricscope gnm
 4. throughput vs number of targets, 10 -> 500 (offered load kept ~250k updates/s).
 
 Usage: python benchmarks/bench_telemetry.py [--quick]
+       python benchmarks/bench_telemetry.py --ab /tmp/old/src --repeat 4   # old checkout vs this tree
 """
 
 from __future__ import annotations
@@ -214,11 +215,63 @@ def _child_mem(port: int, names: list[str]) -> dict[str, float]:
     return json.loads(r.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+def _child_collect(src: str | None, port: int, names: list[str], warm: float, secs: float) -> dict[str, float]:
+    """One single-process collector run (counting sink) in a fresh process whose ``fabricscope``
+    comes from ``src`` (another checkout's ``src/``; None: this one)."""
+    code = (f"import json,sys; sys.path.insert(0, {str(ROOT)!r}); import bench_telemetry as b, fabricscope; "
+            f"r = b._collect({port}, {names!r}, '100ms', {warm}, {secs}, 'count'); r['src'] = fabricscope.__file__; "
+            f"print(json.dumps(r))")
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    if src is not None:
+        env["PYTHONPATH"] = src
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr[-2000:])
+    return json.loads(r.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def ab(old_src: str, rounds: int) -> None:
+    """Old checkout vs this tree, alternating, same twin target: the no-regression check.
+
+    The sink counts (no DuckDB), so the figure is the collector's own path: gRPC receive,
+    decode, buffer, detectors, writer, whatever each version does per update.
+    """
+    topo = "leaf-spine:leaves=8,hosts_per_leaf=16,spines=4"
+    names = _switch_names(topo)
+    server = TwinServer(topo)
+    runs: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
+    try:
+        for rnd in range(rounds):
+            for side, src in (("old", old_src), ("new", None)) if rnd % 2 == 0 else (("new", None), ("old", old_src)):
+                r = _child_collect(src, server.port, names, 3.0, 5.0)
+                runs[side].append(r)
+                print(f"  round {rnd + 1} {side}: {r['rate']:,.0f} updates/s wall, {r['rate_per_cpu_s']:,.0f} per "
+                      f"CPU-second ({r['src']}); load {os.getloadavg()[0]:.1f}")
+    finally:
+        server.close()
+    med = {k: {m: float(statistics.median(r[m] for r in v)) for m in ("rate", "rate_per_cpu_s")}
+           for k, v in runs.items()}
+    ratio = {m: med["new"][m] / med["old"][m] for m in ("rate", "rate_per_cpu_s")}
+    print(f"median old {med['old']['rate_per_cpu_s']:,.0f} / new {med['new']['rate_per_cpu_s']:,.0f} updates per "
+          f"CPU-second: new/old = {ratio['rate_per_cpu_s']:.3f} (wall {ratio['rate']:.3f})")
+    (ROOT / "results").mkdir(exist_ok=True)
+    (ROOT / "results" / "telemetry_ab.json").write_text(json.dumps(
+        {"benchmark": "collector old vs new (counting sink)", "old_src": old_src, "targets": len(names),
+         "sample_interval": "100ms", "runs": runs, "median": med, "ratio_new_over_old": ratio,
+         "machine": platform.platform(), "cpus": os.cpu_count()}, indent=2))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="shorter windows, fewer scaling points")
     ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds of ours / sharded / pygnmi")
+    ap.add_argument("--ab", metavar="OLD_SRC", help="only compare this tree with another checkout's src/ "
+                    "(e.g. a git worktree of an older commit), alternating rounds")
     a = ap.parse_args()
+    if a.ab:
+        ab(a.ab, a.repeat)
+        return
     warm, secs = (3.0, 4.0) if a.quick else (4.0, 8.0)
     results: dict[str, object] = {"benchmark": "telemetry end-to-end", "machine": platform.platform(),
                                   "cpus": os.cpu_count(), "load_avg_start": os.getloadavg()}

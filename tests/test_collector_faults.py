@@ -435,5 +435,22 @@ def test_unreachable_target_exits_nonzero_with_one_line(tmp_path: Path) -> None:
     assert not re.search(r"^[EWI]\d{4} ", p.stderr, re.M), p.stderr
 
 
+def test_ctrl_c_while_retrying_exits_130_with_one_retry_line(tmp_path: Path) -> None:
+    port = _free_port()  # nothing listens: the stream keeps retrying
+    col = Collect(_config(tmp_path, port, ["dev-a"]))
+    try:
+        time.sleep(6.0)  # start-up plus several backoff rounds (initial 100 ms, max 1 s)
+        col.proc.send_signal(signal.SIGINT)
+        col.out, col.err = col.proc.communicate(timeout=30)
+    finally:
+        col.kill()
+    assert col.proc.returncode == 130, col.err
+    assert "Traceback" not in col.err and "KeyboardInterrupt" not in col.err
+    assert len([ln for ln in col.err.splitlines() if "UNAVAILABLE" in ln]) == 1, col.err
+    assert not re.search(r"^[EWI]\d{4} ", col.err, re.M), col.err
+    _, connects, *_ = col.row("t1/dev-a/s")
+    assert int(connects) >= 3  # it did retry, quietly
+
+
 if __name__ == "__main__":
     _serve(sys.argv[1:])
