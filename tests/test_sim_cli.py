@@ -39,6 +39,7 @@ def _one_error_line(code: int, err: str, needle: str) -> None:
         (("--seed", "3", "--seed", "3"), "seed 3 is given twice"),
         (("--lb", "stripe"), "stripe needs NICs with several uplinks"),
         (("--out", "/etc/passwd"), "--out /etc/passwd: is an existing file"),
+        (("--no-plot",), "--no-plot: only applies with --out"),
     ],
 )
 def test_sim_bad_flags(

@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
         hash_function: str | None = typer.Option(None, "--hash", help="ECMP hash: crc32 (default), crc16 or xor."),
         polarized: bool = typer.Option(False, "--polarized", help="Same hash seed on every switch (shows polarization)."),
         out: Path | None = typer.Option(None, "--out", "-o", help="Directory for sim.json, fct_cdf.png, link_util.png."),
-        no_plot: bool = typer.Option(False, "--no-plot", help="Skip the plots."),
+        no_plot: bool = typer.Option(False, "--no-plot", help="With --out: write sim.json only."),
         force: bool = typer.Option(
             False, "--force", help=f"Run a workload estimated above {2_000_000:,} flows per seed (hours of work).",
         ),
@@ -68,6 +68,8 @@ def register(app: typer.Typer) -> None:
             with_overrides,
         )
 
+        if no_plot and out is None:
+            raise ConfigError("--no-plot: only applies with --out DIR (without --out nothing is plotted)")
         console = Console(highlight=False, soft_wrap=True)
         # Progress goes to stderr (stdout stays the report); rich draws it only on a terminal.
         errc = Console(stderr=True, highlight=False, soft_wrap=True)
