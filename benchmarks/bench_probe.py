@@ -4,6 +4,7 @@ speed, agent throughput. Prints tables and writes benchmarks/results/probe.json.
     python benchmarks/bench_probe.py                       # everything (about an hour on 2 busy cores)
     python benchmarks/bench_probe.py --parts coverage,analysis,agent
     python benchmarks/bench_probe.py --single 40 --clean 20 --multi 20   # a quicker pass
+    python benchmarks/bench_probe.py --parts untraced --untraced 250     # no-paths credible sets
 
 Scenarios (seeded): a gray link (0.5-5 % loss, one direction, any directed link including
 NIC access links), a switch-wide fault (0.5-5 % loss on every packet entering it), a NIC
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from fabricscope.fabric.builders import rail_optimized_fabric
+from fabricscope.fabric.builders import fat_tree_fabric, leaf_spine_fabric, rail_optimized_fabric
 from fabricscope.fabric.inventory import Fabric, port_device
 from fabricscope.model.records import Finding
 from fabricscope.probe.analysis import analyze
@@ -231,6 +232,82 @@ def bench_analysis(mesh: TwinMesh, out: dict[str, Any]) -> None:
                        "correct": bool(findings) and findings[0].subject == fault.subject}
 
 
+UNTRACED_SHAPES = {
+    # name -> builder; several spines, a rail-optimized one, a 3-tier fat tree, multi-plane.
+    "leaf-spine 4x2 (the netns lab)": lambda: leaf_spine_fabric(leaves=4, hosts_per_leaf=2, spines=2),
+    "leaf-spine 6x4": lambda: leaf_spine_fabric(leaves=6, hosts_per_leaf=3, spines=4),
+    "leaf-spine 8x3, 2 NICs/host": lambda: leaf_spine_fabric(leaves=8, hosts_per_leaf=2, spines=3,
+                                                            nics_per_host=2),
+    "rail-optimized 16x8 GPUs": lambda: rail_optimized_fabric(16),
+    "fat-tree k=4": lambda: fat_tree_fabric(k=4),
+}
+
+
+def untraced_outcome(fault: Fault, findings: list[Finding]) -> dict[str, Any]:
+    """How a no-paths analysis did on one gray-link fault: is the truth in the top finding's
+    candidate set, was a wrong single link named with score >= 0.99, set size."""
+    gray = [x for x in findings if x.kind in ("gray-link", "ambiguous")]
+    top = gray[0] if gray else None
+    members = top.subject.split(" | ") if top else []
+    # Wrong and confident: a finding at score >= 0.99 whose subject (one link or a set)
+    # does not contain the faulty link.
+    wrong_confident = any(x.score >= 0.99 and fault.subject not in x.subject.split(" | ")
+                          for x in findings)
+    return {"subject": fault.subject, "loss": fault.params["loss"],
+            "top": top.subject if top else None, "top_score": top.score if top else None,
+            "in_set": fault.subject in members, "set_size": len(members),
+            "exact": members == [fault.subject],
+            "wrong_confident": wrong_confident,
+            "loss_est": float(top.details["loss"]) if top else None}
+
+
+def bench_untraced(args: argparse.Namespace, out: dict[str, Any]) -> None:
+    """Single gray links (0.5-5 % loss, one direction, any directed link) on several fabric
+    shapes, analysed WITHOUT traced paths (candidate ECMP sets): wrong confident answers,
+    truth in the credible set, set size; the same probes WITH paths for comparison."""
+    rng = np.random.default_rng(args.seed + 1)
+    rows: list[dict[str, Any]] = []
+    n_shapes = len(UNTRACED_SHAPES)
+    for si, (name, build) in enumerate(UNTRACED_SHAPES.items()):
+        f = build()
+        mesh = TwinMesh(f, seed=args.seed + si)
+        untraced = mesh.untraced_model
+        base = learn_baseline(mesh, seed=args.seed + si)
+        n = args.untraced // n_shapes + (si < args.untraced % n_shapes)
+        t0 = time.time()
+        for i in range(n):
+            fault = random_fault(f, "gray-loss", rng)
+            seed = int(rng.integers(2**31))
+            tr = mesh.transport_for(FaultSchedule.of([fault]), seed, background_loss=1e-5)
+            obs = mesh.probe(tr, start_ns=0, duration_ns=int(args.duration * 1e9), seed=seed + 1)
+            row = {"shape": name, "i": i, **untraced_outcome(fault, analyze(f, untraced, obs, base))}
+            traced = analyze(f, mesh.model, obs, base)
+            row["traced_top1"] = bool(traced) and (traced[0].kind, traced[0].subject) == ("gray-link", fault.subject)
+            rows.append(row)
+        print(f"untraced {name}: {n} faults, {time.time() - t0:.0f} s", file=sys.stderr)
+    out["untraced"] = {"rows": rows, "summary": summarize_untraced(rows)}
+
+
+def summarize_untraced(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    res: dict[str, Any] = {}
+    for shape in (*dict.fromkeys(r["shape"] for r in rows), "all"):
+        sel = [r for r in rows if shape in ("all", r["shape"])]
+        found = [r for r in sel if r["top"] is not None]
+        rel = [r["loss_est"] / r["loss"] - 1 for r in found if r["in_set"]]
+        res[shape] = {
+            "n": len(sel),
+            "wrong_confident": sum(r["wrong_confident"] for r in sel),
+            "found": len(found),
+            "truth_in_set": sum(r["in_set"] for r in sel),
+            "exact": sum(r["exact"] for r in sel),
+            "median_set_size": float(np.median([r["set_size"] for r in found])) if found else None,
+            "max_set_size": max((r["set_size"] for r in found), default=None),
+            "median_loss_rel_err": float(np.median(rel)) if rel else None,
+            "traced_top1": sum(r["traced_top1"] for r in sel),
+        }
+    return res
+
+
 def bench_agent(out: dict[str, Any], seconds: float) -> None:
     from fabricscope.probe.agent import loopback_benchmark
 
@@ -249,6 +326,7 @@ def main() -> None:
     ap.add_argument("--agent-seconds", type=float, default=3.0)
     ap.add_argument("--ttl", type=int, default=20, help="scenarios of the time-to-localize sweep")
     ap.add_argument("--ttl-step", type=float, default=2.0)
+    ap.add_argument("--untraced", type=int, default=250, help="gray-link faults of the no-paths part")
     ap.add_argument("--parts", default="accuracy,coverage,analysis,ttl,agent")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
@@ -277,6 +355,9 @@ def main() -> None:
         if "accuracy" in parts:
             out["accuracy_args"] = {k: getattr(args, k) for k in ("single", "clean", "multi", "step", "duration", "seed")}
             bench_accuracy(mesh, args, out)
+    if "untraced" in parts:
+        bench_untraced(args, out)
+        save(args, out)
     if "agent" in parts:
         bench_agent(out, args.agent_seconds)
     save(args, out)
@@ -302,6 +383,15 @@ def print_tables(out: dict[str, Any]) -> None:
         print("2-3 simultaneous faults, all in top 5:", json.dumps(out["multi"]))
     if "time_to_localize" in out:
         print("time to localize:", json.dumps({k: v for k, v in out["time_to_localize"].items() if k != "rows"}))
+    if "untraced" in out:
+        print("\nsingle gray links WITHOUT traced paths (credible sets), and WITH paths (traced top-1)")
+        print(f"{'shape':<30} {'n':>4} {'wrong>=.99':>10} {'found':>6} {'in set':>7} {'exact':>6} "
+              f"{'med size':>8} {'max size':>8} {'med loss err':>12} {'traced top1':>11}")
+        for k, r in out["untraced"]["summary"].items():
+            err = f"{r['median_loss_rel_err'] * 100:+.1f}%" if r["median_loss_rel_err"] is not None else "-"
+            print(f"{k:<30} {r['n']:>4} {r['wrong_confident']:>10} {r['found']:>6} {r['truth_in_set']:>7} "
+                  f"{r['exact']:>6} {r['median_set_size']!s:>8} {r['max_set_size']!s:>8} {err:>12} "
+                  f"{r['traced_top1']:>11}")
     for k in ("coverage", "analysis", "agent"):
         if k in out:
             print(f"{k}:", json.dumps(out[k]))

@@ -387,6 +387,37 @@ def analyze(
     return out
 
 
+def check_inputs(fabric: Fabric, obs: Observations, *, source: str) -> None:
+    """Refuse probes that cannot be analysed against ``fabric``: none at all, or flows whose
+    endpoints are not NICs of the inventory or whose addresses differ from the inventory's
+    (another cluster's inventory, or another cluster's samples). Raises ConfigError naming
+    ``source``, what was found and what was expected."""
+    if len(obs) == 0:
+        raise ConfigError(f"{source}: no probe samples (expected probes written by `probe agent` "
+                          f"or `probe twin` for inventory {fabric.name!r})")
+    devs = fabric.devices
+    bad: list[str] = []
+    n_bad = 0
+    for src, dst, ft in obs.flows:
+        problem = None
+        for nic, ip, end in ((src, ft.src_ip, "source"), (dst, ft.dst_ip, "destination")):
+            d = devs.get(nic)
+            if d is None or d.role != "nic":
+                problem = f"{end} {nic!r} is not a NIC of the inventory"
+            elif d.address is not None and d.address != ip:
+                problem = f"{end} {nic} has address {ip} in the probes but {d.address} in the inventory"
+            if problem:
+                break
+        if problem:
+            n_bad += 1
+            if len(bad) < 2:
+                bad.append(problem)
+    if n_bad:
+        raise ConfigError(f"{source}: {n_bad} of {len(obs.flows)} probe flows do not match inventory "
+                          f"{fabric.name!r} ({'; '.join(bad)}): expected samples of this fabric "
+                          f"(wrong --inventory?)")
+
+
 def common_window(obs: Observations, *, margin_ns: int = 2_000_000_000) -> tuple[int, int]:
     """The send-time range in which every prober was running, shrunk by ``margin_ns`` at
     both ends: agents that start or stop at different times make probes to a responder that

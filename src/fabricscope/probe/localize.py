@@ -150,6 +150,42 @@ class PathModel:
         self._matrix = None
         return np.arange(r0, r0 + n, dtype=np.int64)
 
+    def bind_candidates(self, flows: Sequence[FlowKey], src_node: I64, dst_node: I64,
+                        weights: Callable[[int, int], Mapping[int, float]]) -> I64:
+        """Add many flows whose exact paths are unknown: each (request or reply) row is the
+        candidate-path weights ``weights(a, b)`` of its node pair (e.g. the even ECMP split of
+        ``Routing.spray_weights_nodes``), computed once per pair.
+        """
+        self._flush()
+        ix = self.fabric.index
+        n = len(flows)
+        s = np.asarray(src_node, dtype=np.int64)
+        t = np.asarray(dst_node, dtype=np.int64)
+        pairs, inv = np.unique(np.r_[s * ix.n_nodes + t, t * ix.n_nodes + s], return_inverse=True)
+        rows: list[dict[int, float]] = []
+        for key in pairs.tolist():
+            a, b = divmod(int(key), ix.n_nodes)
+            w: dict[int, float] = {}
+            for e, we in weights(a, b).items():
+                w[e] = w.get(e, 0.0) + we
+                v = int(ix.dst[e])
+                if ix.is_switch[v]:
+                    w[self.n_edges + v] = w.get(self.n_edges + v, 0.0) + we
+            for nic in (a, b):
+                w[self.n_edges + nic] = w.get(self.n_edges + nic, 0.0) + 1.0
+            rows.append(w)
+        lens = np.fromiter((len(w) for w in rows), dtype=np.int64, count=len(rows))
+        indptr = np.r_[0, np.cumsum(lens)].astype(np.int64)
+        idx = np.fromiter((k for w in rows for k in w), dtype=np.int64, count=int(indptr[-1]))
+        val = np.fromiter((v for w in rows for v in w.values()), dtype=np.float64, count=int(indptr[-1]))
+        per_pair = csr_matrix((val, idx, indptr), shape=(len(rows), self.n_components))
+        r0 = self._n
+        self._blocks.append((per_pair[inv[:n]], per_pair[inv[n:]]))
+        self._n += n
+        self._bound[id(flows)] = (flows, r0)
+        self._matrix = None
+        return np.arange(r0, r0 + n, dtype=np.int64)
+
     def rows(self, flows: Sequence[FlowKey]) -> I64:
         """Row ids of ``flows`` (resolving paths of new flows)."""
         bound = self._bound.get(id(flows))
@@ -178,6 +214,12 @@ class PathModel:
             self._hops1 = (np.asarray(self._matrix[0][:, :E].sum(axis=1)).ravel(),
                            np.asarray(self._matrix[1][:, :E].sum(axis=1)).ravel())
         return self._matrix
+
+    @property
+    def fractional(self) -> bool:
+        """Whether some flow's path is a candidate set (weights not whole traversals)."""
+        AF, AR = self.matrices
+        return bool(np.any(AF.data % 1.0 != 0.0) or np.any(AR.data % 1.0 != 0.0))
 
     def hops_one_way(self) -> tuple[F64, F64]:
         """Link traversals of the request and of the reply path, per known flow."""
@@ -252,6 +294,67 @@ def _system(model: PathModel, counts: LossCounts, loss_per_hop: float) -> _Syste
     hops = np.r_[hF[rows[sF]], hR[rows[sR]], hF[rows[sU]] + hR[rows[sU]]]
     base = np.r_[nF, nR, nU] * loss_per_hop * np.maximum(hops, 1.0)
     return _System(X, lost_rows, base, D, np.r_[fid[sF], fid[sR], fid[sU]])
+
+
+def _all_rows(model: PathModel, counts: LossCounts, loss_per_hop: float,
+              cols: I64) -> tuple[csr_matrix, F64, F64, F64, I64]:
+    """Every row of the stacked system (lossless ones too), restricted to columns ``cols``:
+    (traversal weights per probe, probes, losses, background expected losses, origin node)."""
+    rows = model.rows(counts.flows)
+    AF, AR = model.matrices
+    hF, hR = model.hops_one_way()
+    AFc, ARc = AF[:, cols].tocsr(), AR[:, cols].tocsr()
+    sent = counts.sent.astype(np.float64)
+    lost = counts.lost.astype(np.float64)
+    lreq = counts.lost_req.astype(np.float64) if counts.lost_req is not None else np.zeros_like(lost)
+    lunk = counts.lost_unknown if counts.lost_unknown is not None else counts.lost
+    rt = (lunk > 0) | (counts.lost_req is None)
+    d = (sent > 0) & ~rt
+    u = (sent > 0) & rt
+    W = vstack([AFc[rows[d]], ARc[rows[d]], AFc[rows[u]] + ARc[rows[u]]]).tocsr()
+    n = np.r_[sent[d], sent[d] - lreq[d], sent[u]]
+    lo = np.r_[lreq[d], lost[d] - lreq[d], lost[u]]
+    hops = np.r_[hF[rows[d]], hR[rows[d]], hF[rows[u]] + hR[rows[u]]]
+    # Origin NIC of each row: the prober for requests, the responder for replies.
+    node_of = model.fabric.index.node_of
+    s_node = getattr(counts.flows, "src_node", None)
+    t_node = getattr(counts.flows, "dst_node", None)
+    if s_node is None or t_node is None:
+        s_node = np.array([node_of[f[0]] for f in counts.flows], dtype=np.int64)
+        t_node = np.array([node_of[f[1]] for f in counts.flows], dtype=np.int64)
+    origin = np.r_[np.asarray(s_node)[d], np.asarray(t_node)[d], np.asarray(s_node)[u]].astype(np.int64)
+    return W, n, lo, n * loss_per_hop * np.maximum(hops, 1.0), origin
+
+
+def _mixture_alternatives(model: PathModel, counts: LossCounts, loss_per_hop: float,
+                          comp: int, others: Sequence[int], p_others: F64,
+                          poisson_gain: F64, shortlist: int = 128) -> tuple[F64, F64, F64]:
+    """Gains and drop rates of the likeliest stand-ins for ``comp`` under the latent-path
+    likelihood (:mod:`~fabricscope.probe.mixture`), the ``others`` held at ``p_others``.
+
+    Only the ``shortlist`` best components of the fast (Poisson) search are rescored: the
+    truth explains the losses well under either model, so it is among them.
+    """
+    from fabricscope.probe.mixture import grouped_gains, mixture_gains
+
+    g = poisson_gain.copy()
+    g[list(others)] = 0.0
+    cand = np.flatnonzero(g > 0)
+    cand = cand[np.argsort(-g[cand], kind="stable")[:shortlist]]
+    if comp not in cand:
+        cand = np.r_[comp, cand]
+    cols = np.r_[np.asarray(list(others), dtype=np.int64), cand].astype(np.int64)
+    W, n, lo, base, origin = _all_rows(model, counts, loss_per_hop, cols)
+    k = len(others)
+    lam = base + (np.asarray(W[:, :k] @ p_others).ravel() * n if k else 0.0)
+    Wc = W[:, k:].tocsr()
+    gm, pm = mixture_gains(Wc, n, lo, lam)
+    ga = grouped_gains(Wc, n, lo, lam, origin)
+    gain = np.zeros(model.n_components)
+    rate = np.zeros(model.n_components)
+    robust = np.zeros(model.n_components)
+    gain[cand], rate[cand], robust[cand] = gm, pm, ga
+    return gain, rate, robust
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,6 +514,7 @@ def localize_map(
         lam = base + Xs @ p
 
     out: list[Estimate] = []
+    fractional = bool(chosen) and model.fractional
     ll_full = float(np.sum(lL * np.log(lam)))
     for i, comp in enumerate(chosen):
         contrib = np.asarray(X[:, comp].todense()).ravel() * p[i]
@@ -421,13 +525,35 @@ def localize_map(
         # Which components could stand in for this one, the others held fixed: the credible
         # set. Its mass, not this component's own, is what the data say about "one of these".
         _, alt = _best_single(r, c, x, lL, lam_wo, D, C)
-        alt[[j for j in chosen if j != comp]] = 0.0
+        others = [j for j in chosen if j != comp]
+        alt[others] = 0.0
         alt[comp] = max(float(alt[comp]), llr)
-        cset = credible_set(alt, level=level)
-        if not any(j == comp for j, _ in cset):
-            cset = ((comp, 0.0), *cset)
+        loss_i = float(p[i])
+        if fractional:
+            # Untraced flows: rescore the likeliest stand-ins with each flow on ONE of its
+            # candidate paths (the Poisson split is only the search heuristic), which also
+            # gives the drop rate unbiased by the split.
+            alt, rate, robust = _mixture_alternatives(model, counts, loss_per_hop, comp, others,
+                                                      np.delete(p, i), alt)
+        cset = credible_set(alt, level=level) or ((comp, 1.0),)
+        if fractional:
+            # The even split is a prior, and a wrong one under hash polarization: add every
+            # component that, with the split left free per origin NIC (grouped_gains),
+            # explains the losses about as well as the set's best member does under the
+            # same freedom (a likelihood-ratio test at 1 - level cannot prefer that member).
+            tol = 0.5 * float(chi2.isf(1.0 - level, 1))
+            inset = {j for j, _ in cset}
+            ref = float(robust[cset[0][0]])
+            extra = [int(j) for j in np.flatnonzero(robust >= ref - tol) if int(j) not in inset]
+            extra.sort(key=lambda j: -robust[j])
+            cset = (*cset, *((j, 0.0) for j in extra))
         mass = sum(w for _, w in cset)
         cands = tuple(Candidate(j, *model.component_name(j), w) for j, w in cset)
+        if fractional:
+            # Name the most probable member (it may not be the one the search picked) and
+            # its latent-path drop rate.
+            comp = cands[0].component
+            loss_i = float(rate[comp])
         kind, subject = model.component_name(comp)
         explained = float(np.sum(lL * contrib / lam))
         hit = np.flatnonzero(contrib > 0)
@@ -436,7 +562,7 @@ def localize_map(
             f"{counts.flows[j][0]}->{counts.flows[j][1]} sport {counts.flows[j][2].src_port}: "
             f"{int(counts.lost[j])}/{int(counts.sent[j])} lost" for j in ev_rows
         )
-        out.append(Estimate(comp, kind, subject, float(p[i]), llr,
+        out.append(Estimate(comp, kind, subject, loss_i, llr,
                             _score(llr, n_tests) * min(1.0, mass), explained, evidence, cands))
     out.sort(key=lambda e: -e.llr)
     return out
@@ -485,10 +611,12 @@ def set_details(fabric: Fabric | None, e: Estimate) -> dict[str, float | int | s
     """Details describing ``e``'s credible set (empty when it has one member)."""
     if not e.ambiguous:
         return {}
-    out: dict[str, float | int | str] = {
-        "candidates": len(e.candidates),
-        "posterior": ", ".join(f"{c.subject}={c.posterior:.2f}" for c in e.candidates),
-    }
+    likely = [c for c in e.candidates if c.posterior >= 0.005]
+    rest = len(e.candidates) - len(likely)
+    post = ", ".join(f"{c.subject}={c.posterior:.2f}" for c in likely)
+    if rest:
+        post += f"; {rest} more not excluded if the ECMP hashing is polarized"
+    out: dict[str, float | int | str] = {"candidates": len(e.candidates), "posterior": post}
     if fabric is not None:
         out["common"], out["separate_by"] = describe_set(fabric, e.candidates)
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,7 @@ from fabricscope.probe.analysis import (
 )
 from fabricscope.probe.localize import FindingTracker, PathModel
 from fabricscope.probe.plan import ProbePlan, plan_mesh
-from fabricscope.sim.faults import FaultSchedule
+from fabricscope.sim.faults import Fault, FaultSchedule
 from fabricscope.twin.probe_transport import (
     FlowTable,
     ProbeBatch,
@@ -93,6 +94,15 @@ class TwinMesh:
     @property
     def flows(self) -> FlowTable:
         return self._proto.flows
+
+    @cached_property
+    def untraced_model(self) -> PathModel:
+        """The path model a live deployment has without traceroute: every flow's candidate
+        ECMP path set (even split per hop), as ``probe analyze`` without ``--paths`` uses."""
+        fl = self._proto.flows
+        model = PathModel(self.fabric)
+        model.bind_candidates(fl, fl.src_node, fl.dst_node, self.routing.spray_weights_nodes)
+        return model
 
     def transport_for(self, faults: FaultSchedule, seed: int, **kw: float) -> ProbeTransport:
         t = ProbeTransport(self.fabric, routing=self.routing, faults=faults, seed=seed, **kw)  # type: ignore[arg-type]
@@ -173,3 +183,83 @@ def run_scenario(
             out[m].steps.append((int(t * s), f, out[m].tracker.update(f, int(t * s))))
         t += step_s
     return out, obs, baseline
+
+
+PROBE_FAULT_KINDS = ("gray-loss", "link-down", "link-delay", "congestion", "switch-fault",
+                     "nic-fault", "cpu-starved")
+_ALIASES = {"gray": "gray-loss", "delay": "link-delay", "down": "link-down", "switch": "switch-fault",
+            "nic": "nic-fault", "cpu": "cpu-starved"}
+
+
+def parse_probe_fault(text: str, fabric: Fabric, *, source: str = "--fault") -> Fault:
+    """A probe-visible fault from the command line, checked against ``fabric``.
+
+    The twin's fault syntax (as ``gnmi serve-twin --fault``):
+    ``"KIND SUBJECT [start=10s] [end=20s] [param=value ...]"``, e.g.
+    ``"gray-loss spine-01:eth3->leaf-002:eth4 loss=0.05"``; also the compact
+    ``KIND:SUBJECT,param=value,...`` (``gray:spine-01:eth3->leaf-002:eth4,loss=0.05``).
+    Short kinds: gray, delay, down, switch, nic, cpu.
+    """
+    from fabricscope.model.errors import ConfigError, FabricscopeError
+    from fabricscope.service.gnmi_twin import parse_fault
+
+    text = text.strip()
+    if " " not in text and ":" in text:
+        kind, _, rest = text.partition(":")
+        subject, *kvs = rest.split(",")
+        text = " ".join([kind, subject, *kvs])
+    head, _, tail = text.partition(" ")
+    text = f"{_ALIASES.get(head, head)} {tail}"
+    fault = parse_fault(text, source=source)
+    if fault.kind not in PROBE_FAULT_KINDS:
+        raise ConfigError(f"{source}: {text!r}: {fault.kind} is not visible to probes; "
+                          f"choose one of {', '.join(PROBE_FAULT_KINDS)}")
+    # Resolve the subject now (one clear line, not a failure deep in the transport).
+    try:
+        ProbeTransport(fabric, faults=FaultSchedule.of([fault]))
+    except FabricscopeError as exc:
+        raise ConfigError(f"{source}: {text!r}: {exc}") from None
+    return fault
+
+
+@dataclass(frozen=True)
+class TwinRun:
+    """What ``probe twin`` produced: the probes (also in ``db`` if given) and the mesh."""
+
+    mesh: TwinMesh
+    obs: Observations
+    faults: FaultSchedule
+
+
+def run_twin(fabric: Fabric, faults: Sequence[Fault], *, duration_s: float, seed: int = 0,
+             rate_pps: float = 100.0, background_loss: float = 1e-5,
+             db: str | None = None) -> TwinRun:
+    """Probe the twin of ``fabric`` for ``duration_s`` with ``faults`` (times relative to the
+    start), every NIC at ``rate_pps``; probes go to the DuckDB file ``db`` (table
+    ``probes``, as ``probe agent`` writes it, so ``probe analyze --db`` reads it)."""
+    from fabricscope.store.probes import ProbeStore
+
+    mesh = TwinMesh(fabric, seed=seed, budget_pps=rate_pps)
+    schedule = FaultSchedule.of(faults)
+    tr = mesh.transport_for(schedule, seed, background_loss=background_loss)
+    obs = mesh.probe(tr, start_ns=0, duration_ns=int(duration_s * 1e9), seed=seed + 1)
+    if db is not None:
+        store = ProbeStore(db)
+        try:
+            store.insert_observations(obs)
+        finally:
+            store.close()
+    return TwinRun(mesh, obs, schedule)
+
+
+def traced_paths(run: TwinRun) -> dict[tuple[str, str, int, int], tuple[int, ...]]:
+    """The twin's true path of every probe flow, both directions, keyed like a traceroute
+    path cache (what `lab trace` gives on live hosts)."""
+    from fabricscope.probe.localize import reverse_tuple
+
+    out: dict[tuple[str, str, int, int], tuple[int, ...]] = {}
+    routing = run.mesh.routing
+    for src, dst, ft in run.mesh.flows:
+        for a, b, t in ((src, dst, ft), (dst, src, reverse_tuple(ft))):
+            out[(t.src_ip, t.dst_ip, t.src_port, t.dst_port)] = routing.path(a, b, t)
+    return out

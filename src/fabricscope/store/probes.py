@@ -83,6 +83,41 @@ class ProbeStore:
         self._insert_arrow(table)
         return len(samples)
 
+    def insert_observations(self, obs: Observations) -> int:
+        """Insert columnar observations (the twin's probes) in one Arrow insert; lost probes
+        get NULL times, ``seq`` counts each flow's probes."""
+        n = len(obs)
+        if n == 0:
+            return 0
+        fl = obs.flows
+        uniq, inv = np.unique(obs.flow, return_inverse=True)
+        keys = [fl[int(j)] for j in uniq]
+        order = np.argsort(obs.flow, kind="stable")
+        seq = np.empty(n, dtype=np.int64)
+        sorted_flow = obs.flow[order]
+        starts = np.r_[0, np.flatnonzero(np.diff(sorted_flow)) + 1]
+        seq[order] = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
+
+        def pick(values: list[object]) -> list[object]:
+            arr = np.asarray(values, dtype=object)
+            out: list[object] = arr[inv].tolist()
+            return out
+
+        lost = obs.t_recv_ns < 0
+        status = obs.status if obs.status is not None else np.where(lost, LOST_UNKNOWN, ANSWERED)
+        table = pa.Table.from_pydict({
+            "src": pick([k[0] for k in keys]), "dst": pick([k[1] for k in keys]),
+            "src_ip": pick([k[2].src_ip for k in keys]), "dst_ip": pick([k[2].dst_ip for k in keys]),
+            "src_port": pick([k[2].src_port for k in keys]), "dst_port": pick([k[2].dst_port for k in keys]),
+            "proto": pick([k[2].proto for k in keys]), "seq": seq, "t_send_ns": obs.t_send_ns,
+            "t_resp_rx_ns": pa.array(obs.t_resp_rx_ns, mask=lost),
+            "t_resp_tx_ns": pa.array(obs.t_resp_tx_ns, mask=lost),
+            "t_recv_ns": pa.array(obs.t_recv_ns, mask=lost),
+            "status": np.asarray(status, dtype=np.int16),
+        }, schema=_ARROW)
+        self._insert_arrow(table)
+        return n
+
     @classmethod
     def merged(cls, paths: Sequence[str | Path]) -> ProbeStore:
         """An in-memory store holding the ``probes`` rows of several files (one per agent),
@@ -92,6 +127,14 @@ class ProbeStore:
             alias = f"src{i}"
             try:
                 store.con.execute(f"ATTACH '{str(p).replace(chr(39), chr(39) * 2)}' AS {alias} (READ_ONLY)")
+                tables = [str(r[0]) for r in store.con.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_catalog = ?",
+                    [alias]).fetchall()]
+                if "probes" not in tables:
+                    store.close()
+                    raise TransportError(
+                        f"duckdb {p}: no table 'probes' (expected a file written by `probe agent "
+                        f"--db` or `probe twin --db`; it has {', '.join(sorted(tables)) or 'no tables'})")
                 store.con.execute(f"INSERT INTO probes SELECT {', '.join(_COLS)} FROM {alias}.probes")
                 store.con.execute(f"DETACH {alias}")
             except duckdb.Error as exc:
