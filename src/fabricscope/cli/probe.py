@@ -21,11 +21,16 @@ final counters are one JSON line on stdout. SIGINT / SIGTERM stop sending, wait 
 130 / 143; a second signal cuts the wait short. A second agent on the same address fails
 to bind (exit 2) instead of sharing the port.
 
+On a real host: `fabricscope probe agent -i cluster.yaml --self host0042 --db /var/lib/fs/p.duckdb`.
+In a lab (root), each agent runs inside its host's namespace:
+
 Examples:
 
-  fabricscope probe agent --inventory lab.json --self host0003 --db /tmp/probes.duckdb
+  fabricscope lab up --prefix ag --leaves 2 --spines 1 --hosts-per-leaf 1
 
-  fabricscope probe agent -i cluster.yaml --self host0042/nic3 --rate 200 --duration 60 --jsonl p.jsonl
+  ip netns exec aghost0000 fabricscope probe agent -i /tmp/fabricscope-lab-ag/inventory.json --self host0000 --jsonl /tmp/h0.jsonl --duration 10 --stats-interval 2
+
+  fabricscope lab down --prefix ag
 """
 
 _ANALYZE_HELP = """Localize lossy links, switches, NICs and CPU-starved hosts from stored probes.
