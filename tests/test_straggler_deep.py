@@ -243,3 +243,58 @@ def test_change_points_are_step_ids_and_labelled(fabric: Fabric, tmp_path) -> No
     assert out.exit_code == 0, out.output
     sid, pos = rep.iterations.change_points[0], rep.iterations.change_point_index[0]
     assert f"change points at step ids: {sid} (#{pos} of {len(steps)})" in out.output
+
+
+def _spine_case(spines_of_leaf: dict[str, tuple[str, ...]], seed: int = 0) -> Report:
+    """8 hosts, 2 per leaf; per iteration: compute, a same-leaf all-reduce, a cross-leaf one.
+
+    Cross-leaf transfers between leaf-0 and leaf-1 (above them: the spines given) take 5x
+    longer; every other transfer, same-leaf or between leaf-2 and leaf-3, is normal.
+    """
+    from fabricscope.straggler.devices import DeviceMap
+
+    rng = np.random.default_rng(seed)
+    b = TableBuilder("spine")
+    rounds = [[(0, 1), (2, 3), (4, 5), (6, 7)], [(0, 2), (1, 3), (4, 6), (5, 7)]]
+    t = 0
+    for it in range(8):
+        comp = 10_000_000 * rng.lognormal(0, 0.01, 8)
+        for r in range(8):
+            b.add(rank=r, iteration=it, op="forward-compute", group=(), seq=0, start=t,
+                  end=t + int(comp[r]))
+        ready = t + comp
+        for k, pairs in enumerate(rounds):
+            nxt = ready.copy()
+            for a, c in pairs:
+                slow = k == 1 and a < 4
+                go = max(ready[a], ready[c])
+                end = go + (5_000_000 if slow else 1_000_000) * rng.lognormal(0, 0.01)
+                for r in (a, c):
+                    b.add(rank=r, iteration=it, op="allreduce", group=(a, c), seq=k,
+                          start=int(ready[r]), end=int(end), nbytes=1 << 20)
+                    nxt[r] = end
+            ready = nxt
+        t = int(ready.max()) + 1000
+    dm = DeviceMap(gpu={r: f"h{r}/gpu0" for r in range(8)}, nic={r: f"h{r}/nic0" for r in range(8)},
+                   host={r: f"h{r}" for r in range(8)}, nic_link={r: None for r in range(8)},
+                   leaf={r: f"leaf-{r // 2}" for r in range(8)}, spines_of_leaf=spines_of_leaf)
+    return analyze(b.build(), devices=dm)
+
+
+def test_a_slow_spine_is_a_candidate_and_found() -> None:
+    rep = _spine_case({"leaf-0": ("spine-a",), "leaf-1": ("spine-a",),
+                       "leaf-2": ("spine-b",), "leaf-3": ("spine-b",)})
+    assert [(f.kind, f.subject) for f in rep.device_findings()] == [("slow-switch", "spine-a")]
+    top = rep.device_findings()[0]
+    assert top.score > 0.9 and "ambiguous_with" not in top.details
+    assert any("leaf pair" in e for e in top.evidence)
+
+
+def test_spines_above_the_same_leaves_are_reported_as_ambiguous() -> None:
+    rep = _spine_case({"leaf-0": ("spine-a", "spine-c"), "leaf-1": ("spine-a", "spine-c"),
+                       "leaf-2": ("spine-b",), "leaf-3": ("spine-b",)})
+    dev = rep.device_findings()
+    assert len(dev) == 1 and dev[0].kind == "slow-switch"
+    named = {dev[0].subject, *str(dev[0].details["ambiguous_with"]).split(",")}
+    assert named == {"spine-a", "spine-c"}
+    assert dev[0].score == pytest.approx(0.5, abs=0.05)  # the probability is shared

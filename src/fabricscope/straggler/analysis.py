@@ -348,8 +348,37 @@ def analyze(
 
     n_nic, n_leaf = len(nic_names), len(leaf_names)
     use_leaf = devices is not None and n_leaf > 1
+    # Spines: a transfer between two leaves crosses one spine above them; which one (ECMP)
+    # is not in the traces, so every spine above a transfer's leaves observes it. A slow
+    # spine shows as slow transfers across many leaf pairs while same-leaf ones stay fast.
+    spine_names: list[str] = []
+    spine_obs = np.zeros((0, inst.n), dtype=bool)
+    if use_leaf and devices is not None and inst.n:
+        spine_names = sorted({sp for lf in leaf_names for sp in devices.spines_of_leaf.get(lf, ())})
+        if 0 < len(spine_names) <= 63:
+            bit = {sp: 1 << k for k, sp in enumerate(spine_names)}
+            leaf_mask = np.array([sum(bit[sp] for sp in devices.spines_of_leaf.get(lf, ()))
+                                  for lf in leaf_names], dtype=np.int64)
+            lrow = leaf_of[row_r]
+            cross = (np.minimum.reduceat(lrow, inst.first) != np.maximum.reduceat(lrow, inst.first))
+            above = np.bitwise_or.reduceat(leaf_mask[lrow], inst.first)
+            spine_obs = np.stack([cross & network & ((above >> k) & 1).astype(bool)
+                                  for k in range(len(spine_names))])
+        else:
+            spine_names = []
+    n_spine = len(spine_names)
+
+    def spine_counts() -> tuple[F64, F64]:
+        h = np.zeros((n_spine, n_i))
+        f = np.zeros((n_spine, n_i))
+        for k in range(n_spine):
+            obs = spine_obs[k]
+            np.add.at(h[k], it_of_inst[obs & inst.slow & ~explained_inst], 1.0)
+            np.add.at(f[k], it_of_inst[obs & ~inst.slow], 1.0)
+        return h, f
+
     kinds = (["slow-gpu"] * n_r + ["slow-nic"] * n_nic
-             + (["slow-switch"] * n_leaf if use_leaf else []))
+             + (["slow-switch"] * n_leaf if use_leaf else []) + ["slow-switch"] * n_spine)
     type_w = np.array([TYPE_PRIOR[k] for k in kinds])
     log_prior = np.log((1 - P_NULL) * type_w / max(type_w.sum(), opt.min_candidates))
     log_null = float(np.log(P_NULL))
@@ -359,7 +388,9 @@ def analyze(
             return devices.gpu_of(int(ranks[c])) if devices else f"rank {ranks[c]}"
         if c < n_r + n_nic:
             return nic_names[c - n_r]
-        return leaf_names[c - n_r - n_nic]
+        if c < n_r + n_nic + (n_leaf if use_leaf else 0):
+            return leaf_names[c - n_r - n_nic]
+        return spine_names[c - n_r - n_nic - (n_leaf if use_leaf else 0)]
 
     absent = {x for g in table.groups for x in g} - set(ranks.tolist())
 
@@ -396,6 +427,10 @@ def analyze(
             lh, lf = comm_counts("leaf", leaf_of, n_leaf, dedupe=True)
             parts_h.append(lh)
             parts_f.append(lf)
+        if n_spine:
+            sh, sf = spine_counts()
+            parts_h.append(sh)
+            parts_f.append(sf)
         hits = np.concatenate(parts_h)
         fasts = np.concatenate(parts_f)
         # False-alarm rates from the data: the share of slow observations of each type,
@@ -485,11 +520,15 @@ def analyze(
                 details["host"] = devices.host_of(int(ranks[r]))
             action = "drain the GPU/host and run GPU diagnostics (clocks, thermals, ECC, PCIe)"
         else:
-            owner = nic_of if kind == "slow-nic" else leaf_of
-            own_idx = best - n_r if kind == "slow-nic" else best - n_r - n_nic
+            spine_k = best - n_r - n_nic - (n_leaf if use_leaf else 0)
             member = np.zeros(inst.n, dtype=bool)
-            rows_here = owner[row_r] == own_idx
-            member[inst.inst[rows_here]] = True
+            if spine_k >= 0:
+                member = spine_obs[spine_k].copy()
+            else:
+                owner = nic_of if kind == "slow-nic" else leaf_of
+                own_idx = best - n_r if kind == "slow-nic" else best - n_r - n_nic
+                rows_here = owner[row_r] == own_idx
+                member[inst.inst[rows_here]] = True
             in_win = (it_of_inst >= a) & (it_of_inst < b)
             sel = member & network & inst.slow & in_win & ~explained_inst
             explained_inst |= sel
@@ -518,6 +557,26 @@ def analyze(
                           "firmware; swap the optic if counters show errors")
             else:
                 action = "check the switch: buffer/PFC counters, ECMP hashing, port errors"
+                if spine_k >= 0:
+                    # Spines over the same leaves observe the same transfers: the traces
+                    # cannot tell them apart (ECMP paths are not traced).
+                    twins = [spine_names[j] for j in range(n_spine) if j != spine_k
+                             and np.array_equal(spine_obs[j], spine_obs[spine_k])]
+                    n_pairs = len({(int(a_), int(b_)) for a_, b_ in zip(
+                        np.minimum.reduceat(leaf_of[row_r], inst.first)[sel].tolist(),
+                        np.maximum.reduceat(leaf_of[row_r], inst.first)[sel].tolist(),
+                        strict=True)})
+                    evidence.append(f"slow transfers span {n_pairs} leaf pair(s); transfers "
+                                    f"within a leaf were fast")
+                    if twins:
+                        evidence.append(f"ambiguous: {', '.join(twins[:6])} carried the same "
+                                        f"transfers (ECMP paths are not in the traces); "
+                                        f"probability is shared among them")
+                        details["ambiguous_with"] = ",".join(twins)
+                        for tw in twins:
+                            verdicts[tw] = f"not reported apart: indistinguishable from {subject}"
+                    action = ("check the spine (and its peers listed): port errors, "
+                              "buffer/PFC counters, ECMP hashing; compare their counters")
         gain = r0 - replay(graph, dc, di).iteration_ns
         g_mean = float(gain[a:b].mean()) if b > a else 0.0
         need = material_for(b - a)

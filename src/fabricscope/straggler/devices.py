@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from fabricscope.fabric.inventory import Fabric
+from fabricscope.fabric.inventory import Fabric, port_device
 from fabricscope.model.errors import ConfigError
 
 
@@ -20,7 +20,9 @@ class DeviceMap:
     """Per-rank device names. ``host[r]`` is None when unknown (then ranks stand alone).
 
     ``nic_link`` is the NIC's access cable (indistinguishable from the NIC from end-host
-    timings: both cap that NIC's bandwidth), ``leaf`` the switch it is cabled to.
+    timings: both cap that NIC's bandwidth), ``leaf`` the switch it is cabled to and
+    ``spines_of_leaf`` the spine switches above each leaf (a transfer between two leaves
+    crosses one of them).
     """
 
     gpu: Mapping[int, str]
@@ -28,6 +30,7 @@ class DeviceMap:
     host: Mapping[int, str | None]
     nic_link: Mapping[int, str | None]
     leaf: Mapping[int, str | None]
+    spines_of_leaf: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def gpu_of(self, rank: int) -> str:
         return self.gpu.get(rank, f"rank {rank}")
@@ -73,7 +76,12 @@ def rank_devices(
         nic_link[r] = links[0] if len(links) == 1 else None
         leaves = fabric.leaves_of_nic.get(n.id, ())
         leaf[r] = leaves[0] if len(leaves) == 1 else None
-    return DeviceMap(gpu, nic, host, nic_link, leaf)
+    spines: dict[str, tuple[str, ...]] = {}
+    for lf in sorted({x for x in leaf.values() if x}):
+        up = {port_device(p) for p in fabric.neighbors_ports(lf)}
+        spines[lf] = tuple(sorted(d for d in up if d in fabric.devices
+                                  and fabric.devices[d].role == "spine"))
+    return DeviceMap(gpu, nic, host, nic_link, leaf, spines)
 
 
 def parse_placement(text: str, *, source: str = "<placement>") -> list[tuple[str, int]]:
