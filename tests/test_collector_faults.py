@@ -452,5 +452,139 @@ def test_ctrl_c_while_retrying_exits_130_with_one_retry_line(tmp_path: Path) -> 
     assert int(connects) >= 3  # it did retry, quietly
 
 
+# ---------------------------------------------------------------- in-process units of the above
+def test_spill_file_round_trip_and_a_batch_cut_short_is_skipped(tmp_path: Path) -> None:
+    from fabricscope.model.records import Finding, TelemetryEvent
+    from fabricscope.telemetry.spill import SpillBatch, append_spill, read_spill
+
+    evs = [TelemetryEvent("/a", i, "d", {"k": str(i)}, v) for i, v in enumerate([1, 2.5, "UP", True])]
+    f = Finding("micro-burst", "d:eth1", 0.9, (1, 2), ("q=3",), "look", {"x": 1})
+    path = tmp_path / "s.jsonl"
+    assert append_spill(path, [SpillBatch((0, 1), evs, [f]), SpillBatch((1,), evs[:2], [])]) == 6
+    batches, bad = read_spill(path)
+    assert bad == 0 and [b.sinks for b in batches] == [(0, 1), (1,)]
+    assert batches[0].events == evs and batches[0].findings == [f] and batches[1].events == evs[:2]
+    # the process died while spilling: the last batch is incomplete and must not be half-replayed
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:-1]) + "\n")
+    batches, bad = read_spill(path)
+    assert [len(b.events) for b in batches] == [4] and bad == 2
+
+
+def test_rate_limited_log_one_line_per_condition_per_interval() -> None:
+    import logging
+
+    from fabricscope.telemetry.selfmetrics import RateLimitedLog
+
+    seen: list[str] = []
+
+    class H(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    lg = logging.getLogger("test.ratelog")
+    lg.addHandler(H())
+    lg.propagate = False
+    rl = RateLimitedLog(lg, 60.0)
+    for i in range(100):
+        rl.log(logging.WARNING, "s1", "rpc", "down", now=float(i) / 10)
+    rl.log(logging.WARNING, "s2", "rpc", "down too", now=1.0)
+    rl.log(logging.WARNING, "s1", "rpc", "still down", now=61.0)
+    assert seen == ["down", "down too", "still down (and 99 more in the last 60s)"]
+    rl.reset("s1", "rpc")
+    assert rl.log(logging.WARNING, "s1", "rpc", "again", now=62.0)
+
+
+def test_stale_rule_follows_the_promised_interval() -> None:
+    from fabricscope.telemetry.collector import stale_after_s
+    from fabricscope.telemetry.config import parse_config
+
+    def cfg(sub: dict[str, object], k: float = 3) -> float | None:
+        c = parse_config({"targets": {"t": {"address": "127.0.0.1:1"}}, "subscriptions": {"s": sub},
+                          "stale-after": k}, source="t.yaml")
+        return stale_after_s(c, c.subscriptions["s"])
+
+    assert cfg({"paths": ["/a"], "sample-interval": "2s"}) == 6.0
+    assert cfg({"paths": ["/a"], "sample-interval": "10ms"}) == 1.0  # never under 1 s
+    assert cfg({"paths": ["/a"], "stream-mode": "on-change"}) is None  # nothing promised
+    assert cfg({"paths": ["/a"], "stream-mode": "on-change", "heartbeat-interval": "10s"}) == 30.0
+    assert cfg({"paths": ["/a"], "mode": "poll", "poll-interval": "5s"}) == 15.0
+    assert cfg({"paths": ["/a"], "mode": "once"}) is None
+    assert cfg({"paths": ["/a"]}, k=0) is None
+
+
+def _writer_only(tmp_path: Path, deadline: str) -> tuple[object, object]:
+    """A Collector with no targets to dial, fed through its buffer directly."""
+    from fabricscope.telemetry.collector import Collector
+    from fabricscope.telemetry.config import parse_config
+    from fabricscope.telemetry.detectors import DetectorSet
+    from fabricscope.telemetry.sinks import MemorySink
+
+    cfg = parse_config({"targets": {"t": {"address": "127.0.0.1:1"}},
+                        "subscriptions": {"s": {"paths": ["/a"], "mode": "once"}},
+                        "buffer": {"batch": 100, "flush-interval": "10ms"}, "backoff": {"initial": "10ms", "max": "50ms"},
+                        "shutdown": {"deadline": deadline, "spill-file": str(tmp_path / "spill.jsonl")}},
+                       source="t.yaml")
+    a, b = MemorySink(), MemorySink()
+    return Collector(cfg, sinks=[a, b], detectors=DetectorSet([])), (a, b)
+
+
+def test_writer_holds_batches_through_an_outage_and_never_rewrites_a_sink(tmp_path: Path) -> None:
+    import asyncio
+
+    from fabricscope.model.records import TelemetryEvent
+    from fabricscope.telemetry.collector import EventBuffer
+
+    col, (a, b) = _writer_only(tmp_path, "5s")
+
+    async def main() -> None:
+        col.buffer = EventBuffer(10_000)
+        done = asyncio.Event()
+        w = asyncio.create_task(col._writer(done))
+        b.fail = True  # the second sink is down, the first takes every batch once
+        for i in range(10):
+            await col.buffer.put([TelemetryEvent("/a", i * 100 + j, "d", {}, j) for j in range(100)])
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)
+        assert len(b.events) == 0 and col.stats.sink_retries > 0
+        b.fail = False  # the sink is back: everything held is written, once
+        done.set()
+        await asyncio.wait_for(w, 10)
+
+    asyncio.run(main())
+    assert len(a.events) == len(b.events) == 1000
+    assert len({e.ts_ns for e in a.events}) == len({e.ts_ns for e in b.events}) == 1000
+    assert col.stats.written == 1000 and col.stats.spilled == 0
+
+
+def test_writer_spills_what_the_sinks_refuse_by_the_deadline(tmp_path: Path) -> None:
+    import asyncio
+
+    from fabricscope.model.records import TelemetryEvent
+    from fabricscope.telemetry.collector import EventBuffer
+    from fabricscope.telemetry.spill import read_spill
+
+    col, (a, b) = _writer_only(tmp_path, "200ms")
+
+    async def main() -> None:
+        col.buffer = EventBuffer(10_000)
+        done = asyncio.Event()
+        a.fail = b.fail = True
+        w = asyncio.create_task(col._writer(done))
+        for i in range(5):
+            await col.buffer.put([TelemetryEvent("/a", i * 100 + j, "d", {}, j) for j in range(100)])
+        await asyncio.sleep(0.1)
+        t0 = time.monotonic()
+        col.stop()
+        done.set()
+        await asyncio.wait_for(w, 10)
+        assert time.monotonic() - t0 < 2.0  # bounded by the deadline, not by the outage
+
+    asyncio.run(main())
+    batches, bad = read_spill(tmp_path / "spill.jsonl")
+    assert bad == 0 and sum(len(x.events) for x in batches) == 500 == col.stats.spilled
+    assert len({e.ts_ns for x in batches for e in x.events}) == 500 and not a.events and not b.events
+
+
 if __name__ == "__main__":
     _serve(sys.argv[1:])
