@@ -28,7 +28,7 @@ def _fault(kind: str, fabric: Any, placement: list[tuple[str, int]], *, pp: int,
     if kind == "slow-gpu":
         return [Fault("slow-gpu", f"{host}/gpu{gpu}", start_ns, params={"factor": 1.6})]
     if kind == "slow-nic":
-        return [Fault("slow-nic", nic, start_ns, params={"factor": 0.25})]
+        return [Fault("slow-nic", nic, start_ns, params={"factor": 0.1})]
     if kind == "link-degraded":
         return [Fault("link-degraded", cable, start_ns, params={"factor": 0.25})]
     if kind == "congestion":
