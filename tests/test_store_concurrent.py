@@ -178,7 +178,8 @@ def test_fold_is_exactly_once_even_if_the_part_file_survives(tmp_path: Path) -> 
     st.write_findings([Finding("k", "s", 0.5, (0, 1))])
     clock[0] = 11
     st.write_events([TelemetryEvent("/c/x", 100 + i, "t", {}, 1.0) for i in range(5)])  # rolls after this
-    assert len(closed_parts(db)) == 0 and db.exists()  # rolled and folded
+    st.wait_fold()
+    assert len(closed_parts(db)) == 0 and db.exists() and st.folds == 1  # rolled and folded
     # a crash between the fold's commit and the delete leaves a folded part behind: simulate it
     tmp = TelemetryStore(tmp_path / "copy.duckdb")
     tmp.write_events([TelemetryEvent("/c/x", 10**6, "t", {}, 1.0)])
@@ -204,6 +205,8 @@ def test_the_duckdb_sink_rolls_by_default(tmp_path: Path) -> None:
     sink.write([TelemetryEvent("/c/x", 1, "t", {}, 1.0)], [])
     time.sleep(0.02)
     sink.write([TelemetryEvent("/c/x", 2, "t", {}, 2.0)], [])
+    assert isinstance(sink.store, RollingTelemetryStore)
+    sink.store.wait_fold()  # same process as the reader here: let the background fold finish
     assert _count(tmp_path / "s.duckdb")[0] == 2  # visible before close
     sink.close()
     assert os.path.exists(tmp_path / "s.duckdb") and _count(tmp_path / "s.duckdb")[0] == 2

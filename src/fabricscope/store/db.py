@@ -23,12 +23,16 @@ class StoreLockedError(TransportError):
 
 
 def is_lock_conflict(exc: BaseException) -> bool:
-    """True when ``exc`` is DuckDB refusing a file another process holds."""
-    return isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
+    """True when ``exc`` is DuckDB refusing a file another process (or connection here) holds."""
+    msg = str(exc).lower()
+    return isinstance(exc, duckdb.Error) and (
+        (isinstance(exc, duckdb.IOException) and "lock" in msg) or "file handle conflict" in msg)
 
 
 def lock_holder(exc: BaseException) -> str:
     """``"process 1234"`` from DuckDB's lock message (``"another process"`` if it names none)."""
+    if "file handle conflict" in str(exc).lower():
+        return "another connection in this process"
     m = _PID.search(str(exc))
     return f"process {m.group(1)}" if m else "another process"
 

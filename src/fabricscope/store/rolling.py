@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -37,6 +39,8 @@ from fabricscope.model.records import Finding, TelemetryEvent
 from fabricscope.store.db import StoreLockedError, is_lock_conflict, lock_holder, open_db
 
 __all__ = ["RollingTelemetryStore", "closed_parts", "fold", "open_readonly"]
+
+log = logging.getLogger(__name__)
 
 _FOLDED = "CREATE TABLE IF NOT EXISTS _folded_parts (name VARCHAR PRIMARY KEY, rows BIGINT, folded_ns BIGINT);"
 TABLES = ("telemetry", "findings")
@@ -81,6 +85,9 @@ class RollingTelemetryStore:
         self.rows = 0
         self.folds = 0
         self.fold_skipped = 0
+        self.fold_errors = 0
+        self.last_fold_error = ""
+        self._fold_thread: threading.Thread | None = None
         self._lock_fh = self._lock(lock_wait_s)
         self._dir = parts_dir(self.path)
         try:
@@ -170,8 +177,13 @@ class RollingTelemetryStore:
         if self._con is not None and self.clock() - self._part_t0 >= self.roll_interval_s:
             self.roll()
 
-    def roll(self, *, fold_wait_s: float = 0.0) -> None:
-        """Close the open partition (if any) so readers see it, then try to fold."""
+    def roll(self, *, fold_wait_s: float = 0.0, background: bool = True) -> None:
+        """Close the open partition (if any) so readers see it, then try to fold.
+
+        The fold runs in a background thread by default: it copies a whole roll's rows
+        (seconds for millions, benchmarks/bench_store_fold.py), and the writer must keep
+        taking batches meanwhile. DuckDB releases the GIL while it works.
+        """
         if self._con is not None and self._part is not None:
             con, part = self._con, self._part
             self._con = self._part = None
@@ -183,13 +195,35 @@ class RollingTelemetryStore:
                 part.rename(part.with_name(part.name.removesuffix(".open")))
             else:
                 part.unlink()
-        if fold(self.path, wait_s=fold_wait_s):
-            self.folds += 1
+        if background:
+            if self._fold_thread is None or not self._fold_thread.is_alive():
+                self._fold_thread = threading.Thread(target=self._fold, name="duckdb-fold", daemon=True)
+                self._fold_thread.start()
+            # else: the running fold, or the next roll's, takes this partition
         else:
-            self.fold_skipped += 1
+            self.wait_fold()
+            self._fold(fold_wait_s)
+
+    def _fold(self, wait_s: float = 0.0) -> None:
+        try:
+            if fold(self.path, wait_s=wait_s):
+                self.folds += 1
+            else:
+                self.fold_skipped += 1
+        except TransportError as exc:
+            # the partitions stay where they are, readable; the next roll (or start) retries
+            self.fold_errors += 1
+            self.last_fold_error = str(exc)
+            log.warning("%s; partitions kept, retried at the next roll", exc)
+
+    def wait_fold(self, timeout_s: float | None = None) -> None:
+        """Wait for a background fold to finish."""
+        if self._fold_thread is not None:
+            self._fold_thread.join(timeout_s)
 
     # ------------------------------------------------------------------ reading (the writer's own view)
     def _query(self, sql: str) -> list[tuple[object, ...]]:
+        self.wait_fold()
         rows: list[tuple[object, ...]] = []
         if self._con is not None:
             rows += self._con.execute(sql).fetchall()
@@ -215,7 +249,7 @@ class RollingTelemetryStore:
     def close(self, *, fold_wait_s: float = 5.0) -> None:
         """Roll and fold (waiting up to ``fold_wait_s`` for readers); parts left are still readable."""
         try:
-            self.roll(fold_wait_s=fold_wait_s)
+            self.roll(fold_wait_s=fold_wait_s, background=False)
         finally:
             self._unlock()
 
