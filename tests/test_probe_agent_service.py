@@ -216,3 +216,25 @@ def test_agent_refuses_bad_outputs_before_binding(tmp_path: Path) -> None:
         agent = ProbeAgent(read_fabric(inv), "host0000", **kw)  # type: ignore[arg-type]
         with pytest.raises(ConfigError, match=r"does not exist|cannot open"):
             asyncio.run(agent.run())
+
+
+def test_second_stop_cuts_the_wait_for_replies_short(tmp_path: Path) -> None:
+    inv, _ = _loopback_inventory(tmp_path)
+    from fabricscope.fabric.io import read_fabric
+
+    async def run() -> float:
+        # No peer agent: every probe stays in flight until its timeout, so the first stop
+        # would wait the full drain (1 s); the second must end it at once.
+        a = ProbeAgent(read_fabric(inv), "host0000", rate_pps=200, epoch_s=3600,
+                       jsonl=tmp_path / "a.jsonl", log=lambda _m: None, stats_every_s=0, shutdown_timeout_s=5)
+        task = asyncio.create_task(a.run())
+        await asyncio.sleep(0.8)
+        t0 = time.monotonic()
+        a.stop("SIGTERM")
+        await asyncio.sleep(0.05)
+        a.stop("SIGTERM")
+        snap = await task
+        assert snap.probes_sent == snap.samples_stored == len(list(read_jsonl(tmp_path / "a.jsonl")))
+        return time.monotonic() - t0
+
+    assert asyncio.run(run()) < 0.6

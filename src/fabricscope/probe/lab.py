@@ -265,7 +265,8 @@ def fault(lab: Lab, link: str, *, loss_pct: int | None = None, rate: str | None 
         a, _b = link.split("->")
         f.edge_index(link)
     except (ValueError, Exception) as exc:
-        raise ConfigError(f"lab fault: {link!r} is not a directed link of the lab ({exc})") from None
+        hint = " (quote it: an unquoted > is a shell redirection)" if link.endswith("-") else ""
+        raise ConfigError(f"lab fault: {link!r} is not a directed link of the lab ({exc}){hint}") from None
     ns, ifname = lab.ns(port_device(a)), a.rsplit(":", 1)[1]
     if loss_pct is None and rate is None:
         raise ConfigError("lab fault: give --loss PCT and/or --rate RATE")
