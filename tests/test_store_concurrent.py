@@ -266,3 +266,12 @@ sinks: [{{type: duckdb, path: "{db}", roll-interval: 1s}}]
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_a_main_file_that_is_not_duckdb_fails_at_start(tmp_path: Path) -> None:
+    db = tmp_path / "notes.txt"
+    db.write_text("not a database\n" * 10)
+    with pytest.raises(TransportError, match="is not a DuckDB database"):
+        RollingTelemetryStore(db)
+    TelemetryStore(tmp_path / "ok.duckdb").close()
+    RollingTelemetryStore(tmp_path / "ok.duckdb").close()  # a real DuckDB file is accepted

@@ -66,6 +66,19 @@ def _sql_str(p: Path | str) -> str:
     return "'" + str(p).replace("'", "''") + "'"
 
 
+def _check_duckdb_file(p: Path) -> None:
+    """An existing main file must be a DuckDB database (its header says ``DUCK`` at byte 8)."""
+    try:
+        with p.open("rb") as fh:
+            head = fh.read(12)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise TransportError(f"duckdb {p}: cannot read: {exc.strerror}") from exc
+    if head and head[8:12] != b"DUCK":
+        raise TransportError(f"duckdb {p}: exists and is not a DuckDB database; give the sink another path")
+
+
 class RollingTelemetryStore:
     """The writer: same ``write_table``/``write_events``/``write_findings`` as TelemetryStore.
 
@@ -79,6 +92,7 @@ class RollingTelemetryStore:
         from fabricscope.store.telemetry import EventTable
 
         self.path = Path(path)
+        _check_duckdb_file(self.path)  # now, not at the first fold a minute into the run
         self.roll_interval_s = roll_interval_s
         self.clock = clock
         self.events_table = EventTable()
