@@ -89,6 +89,7 @@ def test_the_good_config_is_valid(tmp_path: Path) -> None:
     ("targets/t/tls", {"ca-file": "/nonexistent/ca.pem"}, "targets.t.tls.ca-file", "/nonexistent/ca.pem"),
     ("targets/t/address", 9339, "targets.t.address", "9339"),
     ("targets/t/names", [1, 2], "targets.t.names", "[1, 2]"),
+    ("targets/t/names", [], "targets.t.names", "at least one"),
     ("sinks/0/path", 2, "sinks[0].path", "int 2"),
     ("sinks/0/path", "/nonexistent-dir/out.jsonl", "sinks[0].path", "/nonexistent-dir"),
     ("sinks/2/path", 3, "sinks[2].path", "int 3"),

@@ -414,9 +414,12 @@ def _target(c: _Ctx, name: str, raw: object, subs: Mapping[str, SubscriptionConf
         password_env = pe
     if (password is not None or password_env is not None) and username is None:
         raise c.err(f"{w}.username", "a password is given but no username")
+    names = _strs(c, f"{w}.names", d.get("names", [name]))
+    if not names:
+        raise c.err(f"{w}.names", "at least one device name (prefix.target) is required")
     return TargetConfig(
         name=name, address=_address(c, f"{w}.address", d.get("address")),
-        names=_strs(c, f"{w}.names", d.get("names", [name])) or (name,),
+        names=names,
         username=username, password=password, password_env=password_env,
         tls=tls, subscriptions=sub_names,
     )
