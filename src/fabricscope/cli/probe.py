@@ -52,6 +52,89 @@ Examples:
 """
 
 
+_TWIN_HELP = """Probe a digital twin of a fabric with faults injected, then analyze the probes.
+
+Every NIC of the twin probes its plan (the same plan `probe agent` uses) at --rate probes/s
+for --duration seconds of simulated time; the probes go to --db (table probes, as `probe
+agent` writes it, so `probe analyze --db` reads it) and the analysis is printed. Without
+--traced the analysis knows only each flow's candidate ECMP paths, like `probe analyze`
+without --paths on live hosts; --traced gives it every flow's true path (as traceroute would).
+
+--fault (repeatable) uses the twin's fault syntax, the same as `gnmi serve-twin --fault`:
+"KIND SUBJECT [start=10s] [end=20s] [param=value ...]", or compact KIND:SUBJECT,param=value.
+Probe-visible kinds: gray-loss (loss=, one direction a->b or both a|b), link-down,
+link-delay (delay_ns=), congestion (load=), switch-fault (loss=), nic-fault (loss=),
+cpu-starved (delay_ns=); short forms gray, delay, down, switch, nic, cpu.
+
+Examples:
+
+  fabricscope probe twin --topo leaf-spine:leaves=4,hosts_per_leaf=2,spines=2 --fault 'gray:spine-01:eth3->leaf-002:eth4,loss=0.05' --duration 60 --db out.duckdb
+
+  fabricscope probe twin --topo rail-optimized:servers=16 --fault 'switch-fault spine-00 loss=0.02 start=10s' --duration 30 --traced
+
+  fabricscope probe analyze --inventory lab.json --db out.duckdb --top 3
+"""
+
+
+def _check_counts(*, top: int | None = None, last: float | None = None,
+                  duration: float | None = None, rate: float | None = None) -> None:
+    """Counts and durations from the command line: one line naming the option on a bad value."""
+    from fabricscope.model.errors import ConfigError
+
+    if top is not None and top < 1:
+        raise ConfigError(f"--top must be a count >= 1, got {top}")
+    if last is not None and not last >= 0:
+        raise ConfigError(f"--last must be seconds >= 0 (0: all), got {last:g}")
+    if duration is not None and not 0 < duration <= 3600:
+        raise ConfigError(f"--duration must be seconds in (0, 3600], got {duration:g}")
+    if rate is not None and not 0 < rate <= 100_000:
+        raise ConfigError(f"--rate must be probes/s in (0, 100000], got {rate:g}")
+
+
+def _print_findings(findings: list, n_probes: int, *, method: str, as_json: bool,  # type: ignore[type-arg]
+                    top: int | None, traced: bool) -> None:
+    """The findings as a table (or JSON); an ambiguous finding names its candidate set, what
+    the members share and what would separate them."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    shown = findings[:top] if top is not None else findings
+    if as_json:
+        typer.echo(json.dumps([{"kind": f.kind, "subject": f.subject, "score": f.score,
+                                "window": list(f.window), "evidence": list(f.evidence),
+                                "action": f.action, "details": dict(f.details)}
+                               for f in shown], indent=1))
+        return
+    more = f", {len(shown)} shown" if len(shown) < len(findings) else ""
+    t = Table(title=f"{n_probes} probes, {len(findings)} findings{more} ({method}, "
+                    f"{'traced paths' if traced else 'candidate ECMP paths: no --paths'})")
+    t.add_column("kind", no_wrap=True)
+    t.add_column("subject", overflow="fold", min_width=20)
+    t.add_column("loss / delay", no_wrap=True)
+    t.add_column("confidence" if method == "map" else "vote share", no_wrap=True)
+    t.add_column("evidence (lossiest probe flows)", overflow="fold")
+    notes = []
+    for f in shown:
+        d = f.details
+        est = (f"{float(d['loss']) * 100:.2f}% loss" if "loss" in d and d.get("method") == "map"
+               else f"{float(d['strength']):.1f} votes" if d.get("method") == "007"
+               else f"+{float(d.get('added_delay_ns', 0)) / 1e3:.0f} us" if "added_delay_ns" in d else "")
+        subject, conf = f.subject, f"{f.score:.3f}"
+        if "candidates" in d:
+            members = f.subject.split(" | ")
+            subject = "\n".join([f"{d.get('common', 'one of')}:", *members[:6],
+                                 *([f"... {len(members) - 6} more"] if len(members) > 6 else [])])
+            conf = f"{f.score:.3f} for the set"
+            notes.append(f"{d['candidates']} candidates cannot be told apart (posterior "
+                         f"{d.get('posterior', '?')}); {f.action}")
+        ev = [e for e in f.evidence if not e.startswith("ambiguous:")][:3]
+        t.add_row(escape(f.kind), escape(subject), est, conf, escape("\n".join(ev)))
+    Console().print(t)
+    for n in notes:
+        typer.echo(n)
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``probe`` command group (``agent``, ``analyze``)."""
     grp = typer.Typer(
@@ -116,13 +199,15 @@ def register(app: typer.Typer) -> None:
         steady: bool = typer.Option(True, help="only the window in which every prober was running "
                                     "(agents starting/stopping at different times look like loss)"),
         as_json: bool = typer.Option(False, "--json", help="print findings as JSON"),
+        top: int | None = typer.Option(None, "--top", help="print only the N strongest findings (N >= 1)"),
     ) -> None:
-        from rich.console import Console
-        from rich.table import Table
-
         from fabricscope.fabric.io import read_fabric
         from fabricscope.model.errors import ConfigError
-        from fabricscope.probe.analysis import common_window, observations_from_samples
+        from fabricscope.probe.analysis import (
+            check_inputs,
+            common_window,
+            observations_from_samples,
+        )
         from fabricscope.service.probe_live import analyze_observations, read_paths
         from fabricscope.store.probes import ProbeStore, read_jsonl
 
@@ -130,6 +215,7 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("probe analyze: give --db FILE or --jsonl FILE")
         if method not in ("map", "007"):
             raise ConfigError(f"probe analyze: --method must be map or 007, got {method!r}")
+        _check_counts(top=top, last=last)
         fabric = read_fabric(inventory)
         if db:
             for dbf in db:
@@ -144,6 +230,8 @@ def register(app: typer.Typer) -> None:
             for e in errors[:10]:
                 typer.secho(f"skipped {e}", err=True, fg=typer.colors.YELLOW)
             obs = observations_from_samples([s for s, _ in rows], [st for _, st in rows])
+        source = "probe analyze: " + " ".join([*(f"--db {x}" for x in db), *(f"--jsonl {x}" for x in jsonl)])
+        check_inputs(fabric, obs, source=source)  # no data, or another fabric's: exit 2
         if len(obs) and steady:  # also trims agent start-up (ARP) transients of a single prober
             n_all = len(obs)
             obs = obs.window(*common_window(obs, margin_ns=2_000_000_000))
@@ -153,26 +241,59 @@ def register(app: typer.Typer) -> None:
         if len(obs) and last > 0:
             t1 = int(obs.t_send_ns.max())
             obs = obs.window(t1 - int(last * 1e9), t1 + 1)
+        if len(obs) == 0:
+            raise ConfigError(f"{source}: no probes left after --last {last:g} / the steady window "
+                              "(expected probes from agents running at the same time; try --no-steady)")
         known: dict[tuple[str, str, int, int], tuple[int, ...]] = {}
         for pth in paths:
             known.update(read_paths(pth, fabric))
         findings = analyze_observations(fabric, obs, method=method, paths=known or None)
-        if as_json:
-            typer.echo(json.dumps([{"kind": f.kind, "subject": f.subject, "score": f.score,
-                                    "window": list(f.window), "evidence": list(f.evidence),
-                                    "action": f.action, "details": dict(f.details)}
-                                   for f in findings], indent=1))
-            return
-        t = Table(title=f"{len(obs)} probes, {len(findings)} findings ({method})")
-        t.add_column("kind", no_wrap=True)
-        t.add_column("subject", overflow="fold", min_width=20)
-        t.add_column("loss / delay", no_wrap=True)
-        t.add_column("confidence" if method == "map" else "vote share", no_wrap=True)
-        t.add_column("evidence (lossiest probe flows)", overflow="fold")
-        for f in findings:
-            d = f.details
-            est = (f"{float(d['loss']) * 100:.2f}% loss" if "loss" in d and d.get("method") == "map"
-                   else f"{float(d['strength']):.1f} votes" if d.get("method") == "007"
-                   else f"+{float(d.get('added_delay_ns', 0)) / 1e3:.0f} us" if "added_delay_ns" in d else "")
-            t.add_row(f.kind, f.subject, est, f"{f.score:.3f}", "\n".join(f.evidence[:3]))
-        Console().print(t)
+        _print_findings(findings, n_probes=len(obs), method=method, as_json=as_json, top=top,
+                        traced=bool(known))
+
+    @grp.command("twin", help=_TWIN_HELP)
+    def twin_cmd(
+        topo: str = typer.Option("leaf-spine:leaves=4,hosts_per_leaf=2,spines=2", "--topo",
+                                 help="KIND[:KEY=VALUE,...] fabric builder (see `fabricscope topo`)"),
+        inventory: Path | None = typer.Option(None, "--inventory", "-i", help="inventory YAML/JSON instead of --topo"),
+        fault: list[str] = typer.Option([], "--fault", help="'KIND SUBJECT [start=..] [end=..] [k=v ...]' (repeatable)"),
+        duration: float = typer.Option(30.0, help="seconds of probing (simulated time)"),
+        rate: float = typer.Option(100.0, help="probes per second per NIC"),
+        seed: int = typer.Option(0, help="seed of the plan, the transport and the loss draws"),
+        db: Path | None = typer.Option(None, help="DuckDB file to write the probes to (table probes)"),
+        traced: bool = typer.Option(False, help="analyze with every flow's true path (as traced)"),
+        method: str = typer.Option("map", help="map (default) or 007"),
+        top: int | None = typer.Option(None, "--top", help="print only the N strongest findings (N >= 1)"),
+        as_json: bool = typer.Option(False, "--json", help="print findings as JSON"),
+    ) -> None:
+        from fabricscope.fabric.catalog import build_fabric, parse_params
+        from fabricscope.fabric.io import read_fabric
+        from fabricscope.model.errors import ConfigError
+        from fabricscope.service.probe_live import analyze_observations
+        from fabricscope.service.probe_twin import parse_probe_fault, run_twin, traced_paths
+
+        _check_counts(top=top, duration=duration, rate=rate)
+        if method not in ("map", "007"):
+            raise ConfigError(f"probe twin: --method must be map or 007, got {method!r}")
+        if inventory is not None:
+            fabric = read_fabric(inventory)
+        else:
+            kind, _, rest = topo.partition(":")
+            if not kind:
+                raise ConfigError(f"--topo: expected KIND[:KEY=VALUE,...], got {topo!r}")
+            params = parse_params([x for x in rest.split(",") if x], source="--topo") if rest else {}
+            fabric = build_fabric(kind, params, source="--topo")
+        faults = [parse_probe_fault(x, fabric) for x in fault]
+        if db is not None and db.exists():
+            raise ConfigError(f"probe twin: --db {db}: exists (give a new file; `probe analyze --db` reads it)")
+        run = run_twin(fabric, faults, duration_s=duration, seed=seed, rate_pps=rate,
+                       db=str(db) if db is not None else None)
+        if not as_json:
+            injected = "; ".join(f"{x.kind} {x.subject} {dict(x.params)}" for x in faults) or "no fault"
+            typer.echo(f"twin {fabric.name}: {len(fabric.nics)} NICs, {len(run.mesh.flows)} probe flows, "
+                       f"{len(run.obs)} probes in {duration:g} s; injected: {injected}"
+                       + (f"; probes in {db}" if db is not None else ""))
+        findings = analyze_observations(fabric, run.obs, method=method,
+                                        paths=traced_paths(run) if traced else None)
+        _print_findings(findings, n_probes=len(run.obs), method=method, as_json=as_json, top=top,
+                        traced=traced)
