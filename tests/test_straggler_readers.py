@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 from pathlib import Path
@@ -319,3 +320,21 @@ def test_bytedance_nulls_nan_and_wrong_types(tmp_path: Path) -> None:
         parse_bytedance(table(rank=pa.array(["a"] * 4)), source="t.parquet")
     with pytest.raises(TraceFormatError, match="column optype holds int64, expected strings"):
         parse_bytedance(table(optype=pa.array([1] * 4)), source="t.parquet")
+
+
+def test_bytedance_invalid_utf8_optype_is_one_error() -> None:
+    # Found by the long fuzz run: pyarrow raised UnicodeDecodeError from to_pylist().
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from fabricscope.straggler.readers import parse_bytedance
+
+    n = 3
+    tb = pa.table({"dp_rank": [0] * n, "stage": [0] * n, "rank": [0] * n, "step": [0, 1, 2],
+                   "optype": ["forward-compute"] * n, "start_ts": [0.0, 1.0, 2.0],
+                   "duration": [0.5] * n})
+    sink = io.BytesIO()
+    pq.write_table(tb, sink, use_dictionary=False, compression="none", write_statistics=False)
+    data = sink.getvalue().replace(b"forward-compute", b"forward\x93compute")
+    with pytest.raises(TraceFormatError, match=r"t\.parquet: column optype: cannot read as text"):
+        parse_bytedance(data, source="t.parquet")

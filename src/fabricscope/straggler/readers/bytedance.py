@@ -88,7 +88,11 @@ def _columns(tb: Any, source: str, log: WarningLog) -> dict[str, Any]:
     kind = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         raise TraceFormatError(f"{source}: column optype holds {col.type}, expected strings")
-    optype = col.to_pylist()
+    try:
+        optype = col.to_pylist()
+    except (pa.ArrowException, ValueError) as exc:  # UnicodeDecodeError: invalid UTF-8
+        raise TraceFormatError(f"{source}: column optype: cannot read as text "
+                               f"({clip(str(exc), 80)})") from exc
     null_op = np.fromiter((o is None for o in optype), dtype=bool, count=n)
     reasons.append((null_op, "optype is null"))
     bad |= null_op
