@@ -359,6 +359,9 @@ def _attach_all(con: duckdb.DuckDBPyConnection, p: Path) -> None:
                           "AND table_name = '_folded_parts'").fetchone()
         if has and has[0]:
             folded = {r[0] for r in con.execute("SELECT name FROM main_store._folded_parts").fetchall()}
+    elif not parts and parts_dir(p).is_dir():
+        raise TransportError(f"duckdb {p}: no data yet: the collector has not closed its first partition "
+                             "(it does every roll-interval, 60 s by default); try again then")
     elif not parts:
         raise TransportError(f"duckdb {p}: no telemetry store here (no such file and no {parts_dir(p).name}/); "
                              "expected the path of a collector's duckdb sink")
