@@ -31,7 +31,6 @@ from pathlib import Path
 from fabricscope.fabric.catalog import build_fabric, parse_params
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.sim.clock import SimClock
-from fabricscope.twin.state import Twin
 
 ROOT = Path(__file__).resolve().parent
 PYGNMI_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fabricscope" / "pygnmi-0.8.15"
@@ -329,6 +328,9 @@ def main() -> None:
         m_big = _child_mem(server.port, big)
     finally:
         server.close()
+    # imported here, not at the top: --ab imports this file into older trees without fabricscope.twin
+    from fabricscope.twin.state import Twin
+
     tw = Twin(_fabric(topo), clock=SimClock())
     n_small = sum(len(tw.leaves(n)) for n in small)
     n_big = sum(len(tw.leaves(n)) for n in big)
