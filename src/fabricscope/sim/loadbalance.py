@@ -453,7 +453,9 @@ class PathFinder:
                 best = inf
                 for x, k in hops(v, t):
                     m = lo[x] + inc[x]
-                    a = ahead(k)
+                    a = memo.get(k)
+                    if a is None:
+                        a = ahead(k)
                     if a > m:
                         m = a
                     if m < best:
@@ -473,7 +475,8 @@ class PathFinder:
                 if len(nh) == 1:
                     e, node = nh[0]
                 else:
-                    lv = [max(lo[x] + inc[x], ahead(k)) for x, k in nh]
+                    get = memo.get
+                    lv = [max(lo[x] + inc[x], a if (a := get(k)) is not None else ahead(k)) for x, k in nh]
                     floor = min(lv) * (1 + 1e-9) + 1e-12
                     best = [j for j, m in enumerate(lv) if m <= floor]
                     j = best[0]
