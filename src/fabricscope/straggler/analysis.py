@@ -533,8 +533,11 @@ def analyze(
             sel = member & network & inst.slow & in_win & ~explained_inst
             explained_inst |= sel
             np.add.at(series, it_of_inst[sel], inst.excess[sel])
-            # What-if: its slow transfers take their class's baseline time.
-            di[sel] = np.maximum(inst.transfer[sel] - inst.excess[sel], 0.0)
+            # What-if: its transfers in the window take their class's baseline time (all of
+            # them above it, not only those past the slow threshold: a sick device slows
+            # every transfer through it, some by less than the threshold).
+            ideal_sel = member & network & in_win & (inst.excess > 0)
+            di[ideal_sel] = np.maximum(inst.transfer[ideal_sel] - inst.excess[ideal_sel], 0.0)
             tot = int((member & network & in_win).sum())
             n_sel = int(sel.sum())
             cls_names = sorted({inst.class_names[c] for c in np.unique(inst.cls[sel]).tolist()})
