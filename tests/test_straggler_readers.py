@@ -17,6 +17,7 @@ from fabricscope.model.errors import TraceFormatError
 from fabricscope.model.records import OpTiming
 from fabricscope.straggler.readers import (
     format_compact_lines,
+    load_chrome_trace,
     parse_compact_lines,
     parse_kineto,
     read_kineto,
@@ -338,3 +339,18 @@ def test_bytedance_invalid_utf8_optype_is_one_error() -> None:
     data = sink.getvalue().replace(b"forward-compute", b"forward\x93compute")
     with pytest.raises(TraceFormatError, match=r"t\.parquet: column optype: cannot read as text"):
         parse_bytedance(data, source="t.parquet")
+
+
+def test_deep_nesting_is_a_warning_or_one_error_not_a_recursion_error() -> None:
+    from fabricscope.straggler.readers.compact import parse_compact_bytes
+
+    deep = b"[" * 100_000 + b"]" * 100_000
+    warnings: list[str] = []
+    obj = load_chrome_trace(b'{"traceEvents": [' + deep + b"]}", source="rank0.json",
+                            warnings=warnings)
+    assert obj["traceEvents"] == [] and any("salvaging" in w for w in warnings), warnings
+    assert len(parse_kineto(obj, source="rank0.json", warnings=warnings).table) == 0
+    res = parse_compact_bytes(b'{"rank": ' + deep + b"}\n", source="t.jsonl")
+    assert len(res.table) == 0 and res.warnings[0].startswith("t.jsonl:1: skipped line")
+    with pytest.raises(TraceFormatError, match=r"rank1\.json: not a Chrome trace"):
+        load_chrome_trace(deep, source="rank1.json", warnings=[])
