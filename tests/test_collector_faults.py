@@ -586,5 +586,41 @@ def test_writer_spills_what_the_sinks_refuse_by_the_deadline(tmp_path: Path) -> 
     assert len({e.ts_ns for x in batches for e in x.events}) == 500 and not a.events and not b.events
 
 
+def test_a_hung_sink_write_does_not_hold_shutdown_past_the_deadline(tmp_path: Path) -> None:
+    import asyncio
+    import threading
+
+    from fabricscope.model.records import TelemetryEvent
+    from fabricscope.telemetry.collector import EventBuffer
+    from fabricscope.telemetry.spill import read_spill
+
+    col, (a, _) = _writer_only(tmp_path, "300ms")
+    release = threading.Event()
+
+    def hang(events, findings):  # type: ignore[no-untyped-def]
+        release.wait(20)  # an NFS mount gone away: the write neither fails nor returns
+
+    a.write = hang  # type: ignore[method-assign]
+
+    async def main() -> None:
+        col.buffer = EventBuffer(10_000)
+        done = asyncio.Event()
+        w = asyncio.create_task(col._writer(done))
+        await col.buffer.put([TelemetryEvent("/a", j, "d", {}, j) for j in range(100)])
+        await asyncio.sleep(0.2)  # the write is in progress (and hangs) when the stop comes
+        t0 = time.monotonic()
+        col.stop()
+        done.set()
+        await asyncio.wait_for(w, 10)
+        assert time.monotonic() - t0 < 2.0
+
+    try:
+        asyncio.run(main())
+    finally:
+        release.set()
+    batches, _ = read_spill(tmp_path / "spill.jsonl")
+    assert sum(len(x.events) for x in batches) == 100 == col.stats.spilled
+
+
 if __name__ == "__main__":
     _serve(sys.argv[1:])

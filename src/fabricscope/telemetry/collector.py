@@ -284,28 +284,28 @@ class Collector:
         self.fail_fast = fail_fast
         for t in config.targets:
             self._metadata(t)  # a missing password-env fails before any sink opens a file or port
+        self.stats = CollectorStats()
+        self.buffer: EventBuffer | None = None
+        self._rate: deque[tuple[float, int]] = deque(maxlen=64)
+        self._sink_timing = selfmetrics.SinkTiming()
         self.sinks = list(sinks) if sinks is not None else [
             build_sink(s.type, s.options, self_metrics=self.metric_samples) for s in config.sinks]
         self.pipeline = pipeline or Pipeline([build_processor(p) for p in _with_groups(config)])
         self.detectors = detectors if detectors is not None else DetectorSet(
             [build_detector(k, v) for k, v in config.detectors.items()])
         self.on_findings = on_findings
-        self.stats = CollectorStats()
         self.spill_file = spill_path(config) if spill is None or spill is True else (spill or None)
         self.stats.spill_file = str(self.spill_file or "")
         self._rng = random.Random(seed)
         self._flat = WireFlattener()
-        self.buffer: EventBuffer | None = None
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._deadline: float | None = None
         self._ratelog = selfmetrics.RateLimitedLog(log, _LOG_INTERVAL_S)
-        self._sink_timing = selfmetrics.SinkTiming()
         self._marks: list[TelemetryEvent] = []
         self._calls: dict[str, grpc.aio.StreamStreamCall] = {}
         self._stale_cancel: set[str] = set()
         self._last_rx: dict[str, float] = {}
-        self._rate: deque[tuple[float, int]] = deque(maxlen=64)
         self._conns: list[_Conn] = []
 
     # ------------------------------------------------------------------ health
@@ -473,6 +473,8 @@ class Collector:
                 if s.mode == "once":
                     st.state = STOPPED
                     return
+                if self._stop.is_set():
+                    break  # our own half-close at shutdown ended it
                 st.state = RETRYING
                 st.last_error = "stream ended by the target"
                 self._ratelog.log(logging.WARNING, key, "rpc", f"gnmi {key}: {st.last_error}; retrying", clock())
@@ -557,16 +559,16 @@ class Collector:
                 self._spill([SpillBatch(tuple(todo), events, findings)])
                 return False
             fut = in_daemon_thread(self._write_some, todo, events, findings)
-            try:
-                if self._deadline is None:
-                    failed, err = await asyncio.shield(fut)
-                else:
-                    failed, err = await asyncio.wait_for(asyncio.shield(fut), max(0.0, self._deadline - time.monotonic()))
-            except TimeoutError:
-                log.error("collector: a sink write is still running at the shutdown deadline; its batch "
-                          "is spilled and may be replayed twice if that write completes")
-                self._spill([SpillBatch(tuple(todo), events, findings)])
-                return False
+            while not fut.done():
+                # a stop() may arrive while the write runs: watch its deadline too
+                if self._past_deadline():
+                    log.error("collector: a sink write is still running at the shutdown deadline; its batch "
+                              "is spilled and may be replayed twice if that write completes")
+                    self._spill([SpillBatch(tuple(todo), events, findings)])
+                    return False
+                left = 0.5 if self._deadline is None else min(0.5, max(0.0, self._deadline - time.monotonic()))
+                await asyncio.wait({fut}, timeout=left)
+            failed, err = fut.result()
             if not failed:
                 return True
             todo = failed

@@ -199,21 +199,21 @@ class ShardedCollector:
         for t in config.targets:
             auth_metadata(config, t)  # a missing password-env fails here, not in a worker
         self.shards = shard_config(config, workers)
+        self.stats = CollectorStats()
+        self._queue = _Queue(config.buffer_max_events)
+        self._received: dict[int, int] = {}
+        self._timing = selfmetrics.SinkTiming()
+        self._rate: deque[tuple[float, int]] = deque(maxlen=64)
         self.sinks = list(sinks) if sinks is not None else [
             build_sink(s.type, s.options, self_metrics=self.metric_samples) for s in config.sinks]
         self.on_findings = on_findings
-        self.stats = CollectorStats()
         self.spill_file = spill_path(config) if spill is None or spill is True else (spill or None)
         self.stats.spill_file = str(self.spill_file or "")
         self._ctx = mp.get_context("spawn")
         self._stop = self._ctx.Event()
         self._deadline: float | None = None
         self._wake = threading.Event()
-        self._queue = _Queue(config.buffer_max_events)
-        self._received: dict[int, int] = {}
-        self._timing = selfmetrics.SinkTiming()
         self._ratelog = selfmetrics.RateLimitedLog(log)
-        self._rate: deque[tuple[float, int]] = deque(maxlen=64)
         self._slock = threading.Lock()  # spill file and spill counters
         self.pids: list[int] = []
 
@@ -421,7 +421,15 @@ class ShardedCollector:
             for th in readers:
                 await asyncio.to_thread(th.join, 30)
             readers_done.set()
-            await asyncio.to_thread(writer.join)
+            while writer.is_alive():
+                await asyncio.to_thread(writer.join, 0.5)
+                if writer.is_alive() and self._past_deadline():
+                    # a sink write hangs past the deadline: spill what is queued and go
+                    log.error("collector: a sink write is still running at the shutdown deadline; the "
+                              "batches still queued are spilled (the one being written may land twice)")
+                    while (item := self._queue.get(0)) is not None:
+                        self._spill(range(len(self.sinks)), *item)
+                    break
         self.stats.received = sum(self._received.values())
         if errors:
             raise TransportError(f"collector shard failed: {errors[0]}")
