@@ -283,6 +283,10 @@ def bench_untraced(args: argparse.Namespace, out: dict[str, Any]) -> None:
             row = {"shape": name, "i": i, **untraced_outcome(fault, analyze(f, untraced, obs, base))}
             traced = analyze(f, mesh.model, obs, base)
             row["traced_top1"] = bool(traced) and (traced[0].kind, traced[0].subject) == ("gray-link", fault.subject)
+            # With paths a weak fault can still leave a set: is its most probable member right?
+            best = (str(traced[0].details.get("posterior", "")).split("=")[0] or traced[0].subject) if traced else None
+            row["traced_best_member"] = best == fault.subject
+            row["traced_set_size"] = len(traced[0].subject.split(" | ")) if traced else 0
             rows.append(row)
         print(f"untraced {name}: {n} faults, {time.time() - t0:.0f} s", file=sys.stderr)
     out["untraced"] = {"rows": rows, "summary": summarize_untraced(rows)}
@@ -304,6 +308,7 @@ def summarize_untraced(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "max_set_size": max((r["set_size"] for r in found), default=None),
             "median_loss_rel_err": float(np.median(rel)) if rel else None,
             "traced_top1": sum(r["traced_top1"] for r in sel),
+            "traced_best_member": sum(r.get("traced_best_member", False) for r in sel),
         }
     return res
 
@@ -386,12 +391,12 @@ def print_tables(out: dict[str, Any]) -> None:
     if "untraced" in out:
         print("\nsingle gray links WITHOUT traced paths (credible sets), and WITH paths (traced top-1)")
         print(f"{'shape':<30} {'n':>4} {'wrong>=.99':>10} {'found':>6} {'in set':>7} {'exact':>6} "
-              f"{'med size':>8} {'max size':>8} {'med loss err':>12} {'traced top1':>11}")
+              f"{'med size':>8} {'max size':>8} {'med loss err':>12} {'traced top1':>11} {'traced best':>11}")
         for k, r in out["untraced"]["summary"].items():
             err = f"{r['median_loss_rel_err'] * 100:+.1f}%" if r["median_loss_rel_err"] is not None else "-"
             print(f"{k:<30} {r['n']:>4} {r['wrong_confident']:>10} {r['found']:>6} {r['truth_in_set']:>7} "
                   f"{r['exact']:>6} {r['median_set_size']!s:>8} {r['max_set_size']!s:>8} {err:>12} "
-                  f"{r['traced_top1']:>11}")
+                  f"{r['traced_top1']:>11} {r.get('traced_best_member', '-')!s:>11}")
     for k in ("coverage", "analysis", "agent"):
         if k in out:
             print(f"{k}:", json.dumps(out[k]))
