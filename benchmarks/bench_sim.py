@@ -6,10 +6,11 @@ Prints tables and writes benchmarks/results/sim.json. Sections:
   per scheme, cold (first run: routing caches built) and warm (another permutation);
 * scaling: ECMP permutation on rail-optimized fabrics from 1k to 32k GPUs (each size in its
   own process so that the peak RSS is its own);
-* reproductions: SIMULATION.md §1/§2 numbers next to ours;
+* reproductions: SIMULATION.md §1/§2 numbers next to ours (seed-averaged ones with their spread);
+* degraded: one uplink of a leaf-spine 8x8 / 4 spines at 25 %, p99 per scheme over seeds;
 * --big: all-to-all on 1,024 GPUs (1,047,552 flows): steady state and full simulation.
 
-Usage: python benchmarks/bench_sim.py [--quick] [--big]
+Usage: python benchmarks/bench_sim.py [--quick] [--big] [--only SECTION]
 """
 
 from __future__ import annotations
@@ -178,14 +179,40 @@ def bench_reproduce(quick: bool) -> list[dict[str, object]]:
                         ("spray", "193.2-193.9 / 193.2-194.5 / 199.6-200.2 / 200.5-203.4")):
         stats = [simulate(fab, permutation(fab, s), lb=scheme, hash_config=HashConfig(seed=s),
                           record_utilization=False).fct_stats_us() for s in range(2 if quick else 5)]
-        ours = " / ".join(f"{np.mean([x[k] for x in stats]):.1f}" for k in ("mean", "p50", "p99", "max"))
+        ours = " / ".join(_sd([x[k] for x in stats]) for k in ("mean", "p50", "p99", "max"))
         rows.append({"item": f"1024-host permutation FCT {scheme} mean/p50/p99/max us", "published": pub, "ours": ours})
     for spines, pub in ((8, "median 622 / max 786 (fluid 620)"), (4, "median 1223 / max 1443 (fluid 1240)")):
         ls = leaf_spine_fabric(leaves=32, hosts_per_leaf=32, spines=spines)
         st = [simulate(ls, permutation(ls, s), lb="spray", record_utilization=False).fct_stats_us()
               for s in range(2 if quick else 5)]
         rows.append({"item": f"oversubscribed {32 // spines}:1 spray median / max us", "published": pub,
-                     "ours": f"{np.mean([x['p50'] for x in st]):.1f} / {np.mean([x['max'] for x in st]):.1f}"})
+                     "ours": f"{_sd([x['p50'] for x in st])} / {_sd([x['max'] for x in st])}"})
+    return rows
+
+
+def _sd(xs: list[float]) -> str:
+    """Mean +- sample std over seeds (the spread every seed-averaged number is shown with)."""
+    return f"{np.mean(xs):.1f} +- {np.std(xs, ddof=1):.1f}" if len(xs) > 1 else f"{xs[0]:.1f} (one seed)"
+
+
+def bench_degraded(quick: bool) -> list[dict[str, object]]:
+    """Issue 9: leaf-spine 8x8, 4 spines, one uplink at 25 %, permutation of 8 MiB; p99 per
+    scheme healthy and degraded over seeds, and each degraded scheme against ECMP (paired
+    95 % CI; "within seed spread" when it contains 0)."""
+    from fabricscope.sim.scenario import run_scenario, scenario_from_flags
+
+    seeds = list(range(3 if quick else 8))
+    sc = scenario_from_flags(topo="leaf-spine:leaves=8,hosts_per_leaf=8,spines=4", workload="permutation:size=8MiB",
+                             lb="ecmp,spray,dlb", degrade=["leaf-001~spine-01=25%"], seeds=seeds)
+    res = run_scenario(sc, record_utilization=False)
+    rows: list[dict[str, object]] = []
+    for label in res.labels():
+        p99 = list(res.seed_values(label).values())
+        row: dict[str, object] = {"case": label, "seeds": len(p99), "p99_us": _sd(p99)}
+        if "(faults)" in label and not label.startswith("ecmp"):
+            d = res.difference("ecmp (faults)", label)
+            row["vs ecmp (faults)"] = f"{d.mean:+.1f} +- {d.ci95:.1f} us: {d.verdict}" if d.ci95 is not None else d.verdict
+        rows.append(row)
     return rows
 
 
@@ -206,6 +233,8 @@ def main() -> None:
     ap.add_argument("--big", action="store_true", help="also the 1M-flow all-to-all (minutes)")
     ap.add_argument("--scaling-case", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--big-case", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--only", choices=("speed", "scaling", "reproduce", "degraded"),
+                    help="run one section and update it in the existing results file")
     args = ap.parse_args()
     if args.scaling_case:
         print(json.dumps(scaling_case(args.scaling_case)))
@@ -215,6 +244,16 @@ def main() -> None:
         return
     machine = {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}
     out: dict[str, object] = {"machine": machine}
+    if args.only:
+        sections = {"speed": bench_speed, "scaling": bench_scaling, "reproduce": bench_reproduce,
+                    "degraded": bench_degraded}
+        old = json.loads(OUT.read_text()) if OUT.exists() else {}
+        old[args.only] = rows = sections[args.only](args.quick)
+        _print(args.only, rows)
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        OUT.write_text(json.dumps(old, indent=2, default=str) + "\n")
+        print(f"\nupdated {args.only} in {OUT}")
+        return
     out["speed"] = rows = bench_speed(args.quick)
     _print("speed: 1024-host fat tree, permutation of 2 MB flows (target ECMP < 1 s)", rows)
     out["scaling"] = rows = bench_scaling(args.quick)
@@ -226,6 +265,8 @@ def main() -> None:
         _print("1M flows", [big])
     out["reproduce"] = rows = bench_reproduce(args.quick)
     _print("reproductions (SIMULATION.md)", rows)
+    out["degraded"] = rows = bench_degraded(args.quick)
+    _print("one uplink at 25 %: p99 per scheme over seeds", rows)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(out, indent=2, default=lambda x: None if isinstance(x, float) and math.isnan(x) else str(x)) + "\n")
     print(f"\nwrote {OUT}")
