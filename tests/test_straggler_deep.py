@@ -245,17 +245,18 @@ def test_change_points_are_step_ids_and_labelled(fabric: Fabric, tmp_path) -> No
     assert f"change points at step ids: {sid} (#{pos} of {len(steps)})" in out.output
 
 
-def _spine_case(spines_of_leaf: dict[str, tuple[str, ...]], seed: int = 0) -> Report:
+def _spine_case(spines_of_leaf: dict[str, tuple[str, ...]], seed: int = 0,
+                slow_below: int = 6) -> Report:
     """8 hosts, 2 per leaf; per iteration: compute, a same-leaf all-reduce, a cross-leaf one.
 
-    Cross-leaf transfers between leaf-0 and leaf-1 (above them: the spines given) take 5x
-    longer; every other transfer, same-leaf or between leaf-2 and leaf-3, is normal.
+    Cross-leaf transfers among leaf-0, leaf-1 and leaf-2 (three leaf pairs; above them: the
+    spines given) take 5x longer; every transfer inside a leaf is normal.
     """
     from fabricscope.straggler.devices import DeviceMap
 
     rng = np.random.default_rng(seed)
     b = TableBuilder("spine")
-    rounds = [[(0, 1), (2, 3), (4, 5), (6, 7)], [(0, 2), (1, 3), (4, 6), (5, 7)]]
+    rounds = [[(0, 1), (2, 3), (4, 5), (6, 7)], [(0, 2), (1, 4), (3, 5), (6, 7)]]
     t = 0
     for it in range(8):
         comp = 10_000_000 * rng.lognormal(0, 0.01, 8)
@@ -266,7 +267,7 @@ def _spine_case(spines_of_leaf: dict[str, tuple[str, ...]], seed: int = 0) -> Re
         for k, pairs in enumerate(rounds):
             nxt = ready.copy()
             for a, c in pairs:
-                slow = k == 1 and a < 4
+                slow = k == 1 and a < slow_below
                 go = max(ready[a], ready[c])
                 end = go + (5_000_000 if slow else 1_000_000) * rng.lognormal(0, 0.01)
                 for r in (a, c):
@@ -283,16 +284,23 @@ def _spine_case(spines_of_leaf: dict[str, tuple[str, ...]], seed: int = 0) -> Re
 
 def test_a_slow_spine_is_a_candidate_and_found() -> None:
     rep = _spine_case({"leaf-0": ("spine-a",), "leaf-1": ("spine-a",),
-                       "leaf-2": ("spine-b",), "leaf-3": ("spine-b",)})
+                       "leaf-2": ("spine-a",), "leaf-3": ("spine-b",)})
     assert [(f.kind, f.subject) for f in rep.device_findings()] == [("slow-switch", "spine-a")]
     top = rep.device_findings()[0]
     assert top.score > 0.9 and "ambiguous_with" not in top.details
-    assert any("leaf pair" in e for e in top.evidence)
+    assert any("span 3 leaf pair(s)" in e for e in top.evidence)
+
+
+def test_slow_transfers_between_one_leaf_pair_do_not_name_a_spine() -> None:
+    # Only the leaf-0 <-> leaf-1 transfer is slow: an end device there explains it as well.
+    rep = _spine_case({"leaf-0": ("spine-a",), "leaf-1": ("spine-a",),
+                       "leaf-2": ("spine-b",), "leaf-3": ("spine-b",)}, slow_below=1)
+    assert all(f.subject != "spine-a" for f in rep.device_findings())
 
 
 def test_spines_above_the_same_leaves_are_reported_as_ambiguous() -> None:
     rep = _spine_case({"leaf-0": ("spine-a", "spine-c"), "leaf-1": ("spine-a", "spine-c"),
-                       "leaf-2": ("spine-b",), "leaf-3": ("spine-b",)})
+                       "leaf-2": ("spine-a", "spine-c"), "leaf-3": ("spine-b",)})
     dev = rep.device_findings()
     assert len(dev) == 1 and dev[0].kind == "slow-switch"
     named = {dev[0].subject, *str(dev[0].details["ambiguous_with"]).split(",")}

@@ -36,6 +36,8 @@ Examples:
   fabricscope straggler twin /tmp/run --fault slow-gpu --dp 4 --pp 4 --seed 7
 
   fabricscope straggler twin /tmp/run --fault stage-imbalance --comm alpha-beta
+
+  fabricscope straggler twin /tmp/run --fault none --schedule 1f1b --pp 8 --dp 1 --tp 1   (also writes OUTDIR/bytedance/trace-twin.parquet, ByteDance's schema)
 """
 
 
@@ -102,6 +104,9 @@ def register(app: typer.Typer) -> None:
         iterations: int = typer.Option(12, "--iterations", help="training iterations traced"),
         comm: str = typer.Option("engine", "--comm", help="engine (flow engine) | alpha-beta"),
         seed: int = typer.Option(0, "--seed", help="noise and fault-start seed"),
+        schedule: str = typer.Option("gpipe", "--schedule",
+                                     help="gpipe | 1f1b (Megatron 1F1B: fused p2p calls, "
+                                          "wait-inclusive recv, as in ByteDance's traces)"),
         force: bool = typer.Option(False, "--force",
                                    help="replace a run already in OUTDIR (its stale rank files "
                                         "are removed)"),
@@ -111,9 +116,14 @@ def register(app: typer.Typer) -> None:
 
         _check_twin_args(fault=fault, dp=dp, tp=tp, pp=pp, iterations=iterations, comm=comm,
                          seed=seed)
+        if schedule not in ("gpipe", "1f1b"):
+            from fabricscope.model.errors import ConfigError
+
+            raise ConfigError(f"--schedule: unknown {schedule!r}; choose gpipe or 1f1b")
         prepare_twin_folder(outdir, force=force)
         info = write_twin_scenario(outdir, fault=fault, dp=dp, tp=tp, pp=pp,
-                                   iterations=iterations, comm=comm, seed=seed)
+                                   iterations=iterations, comm=comm, seed=seed,
+                                   schedule=schedule)
         stale = remove_stale_ranks(outdir, dp * tp * pp)
         if stale:
             typer.echo(f"removed {len(stale)} rank file(s) of the earlier, larger run "

@@ -44,20 +44,26 @@ def _fault(kind: str, fabric: Any, placement: list[tuple[str, int]], *, pp: int,
 
 def write_twin_scenario(
     outdir: pathlib.Path, *, fault: str = "slow-nic", dp: int = 4, tp: int = 2, pp: int = 2,
-    iterations: int = 12, comm: str = "engine", seed: int = 0,
+    iterations: int = 12, comm: str = "engine", seed: int = 0, schedule: str = "gpipe",
 ) -> dict[str, object]:
-    """Generate a twin job with one fault and write its traces, truth and inventory."""
+    """Generate a twin job with one fault and write its traces, truth and inventory.
+
+    ``schedule="1f1b"`` also writes ``bytedance/trace-twin.parquet`` in ByteDance's schema
+    (OSDI'25).
+    """
     from fabricscope.fabric.builders import rail_optimized_fabric
     from fabricscope.fabric.io import write_fabric
     from fabricscope.twin.tracegen import (
         TRACE_T0_NS,
         TwinJob,
+        bytedance_parquet,
         generate_trace,
         nominal_iteration_ns,
         write_twin_traces,
     )
 
-    job = TwinJob(dp=dp, tp=tp, pp=pp, microbatches=4, iterations=iterations)
+    job = TwinJob(dp=dp, tp=tp, pp=pp, microbatches=4, iterations=iterations,
+                  schedule=schedule)
     gpus = 4 if tp <= 4 else tp
     servers = max(2, -(-job.world_size // gpus))
     fabric = rail_optimized_fabric(servers, gpus_per_server=gpus, radix=16)
@@ -67,6 +73,9 @@ def write_twin_scenario(
     trace = generate_trace(fabric, job, faults=faults, comm=comm, seed=seed)
     outdir.mkdir(parents=True, exist_ok=True)
     write_twin_traces(trace, outdir)
+    if schedule == "1f1b":
+        (outdir / "bytedance").mkdir(exist_ok=True)
+        (outdir / "bytedance" / "trace-twin.parquet").write_bytes(bytedance_parquet(trace, tp))
     write_fabric(fabric, outdir / "inventory.json")
     return {"ranks": job.world_size, "injected": [f"{f.kind} {f.subject}" for f in faults]}
 

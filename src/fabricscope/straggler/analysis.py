@@ -532,6 +532,17 @@ def analyze(
             in_win = (it_of_inst >= a) & (it_of_inst < b)
             sel = member & network & inst.slow & in_win & ~explained_inst
             explained_inst |= sel
+            if spine_k >= 0:
+                # A slow spine slows transfers across many leaf pairs; slow transfers
+                # between one pair of leaves look the same as a NIC or cable there.
+                lo_l = np.minimum.reduceat(leaf_of[row_r], inst.first)[sel]
+                hi_l = np.maximum.reduceat(leaf_of[row_r], inst.first)[sel]
+                n_pairs = len(set(zip(lo_l.tolist(), hi_l.tolist(), strict=True)))
+                if n_pairs < 2:
+                    verdicts.setdefault(subject, "not reported: slow transfers between one "
+                                                 "leaf pair only (an end device there looks "
+                                                 "the same)")
+                    continue
             np.add.at(series, it_of_inst[sel], inst.excess[sel])
             # What-if: its transfers in the window take their class's baseline time (all of
             # them above it, not only those past the slow threshold: a sick device slows
@@ -565,10 +576,6 @@ def analyze(
                     # cannot tell them apart (ECMP paths are not traced).
                     twins = [spine_names[j] for j in range(n_spine) if j != spine_k
                              and np.array_equal(spine_obs[j], spine_obs[spine_k])]
-                    n_pairs = len({(int(a_), int(b_)) for a_, b_ in zip(
-                        np.minimum.reduceat(leaf_of[row_r], inst.first)[sel].tolist(),
-                        np.maximum.reduceat(leaf_of[row_r], inst.first)[sel].tolist(),
-                        strict=True)})
                     evidence.append(f"slow transfers span {n_pairs} leaf pair(s); transfers "
                                     f"within a leaf were fast")
                     if twins:
