@@ -284,14 +284,18 @@ def register(app: typer.Typer) -> None:
         os.environ.setdefault("GRPC_VERBOSITY", "NONE")
         os.environ.setdefault("GRPC_TRACE", "")
 
+        import math
+
         from rich.console import Console
         from rich.table import Table
 
-        from fabricscope.model.errors import TransportError
+        from fabricscope.model.errors import ConfigError, TransportError
         from fabricscope.telemetry.collector import Collector, CollectorStats
         from fabricscope.telemetry.config import load_config
         from fabricscope.telemetry.shards import ShardedCollector
 
+        if duration is not None and not (math.isfinite(duration) and duration > 0):
+            raise ConfigError(f"--duration: expected a number of seconds > 0, got {duration:g}")
         cfg = load_config(config)
         console = Console(highlight=False)
         if not logging.getLogger().handlers:
