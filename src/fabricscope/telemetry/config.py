@@ -33,7 +33,7 @@
     backoff: {initial: 200ms, max: 30s}
     workers: 2                           # collector processes (targets sharded; one DuckDB writer)
     stale-after: 3                       # no update for 3 x sample-interval: stale, logged, reconnected (0: off)
-    keepalive: 30s                       # gRPC keepalive ping interval (0s: off)
+    keepalive: 5m                        # gRPC keepalive ping on a silent connection (0s: off)
     stats-interval: 10s                  # self-metrics log line (0s: off)
     shutdown: {deadline: 5s, spill-file: collector.spill.jsonl}   # default: <config>.spill.jsonl
     inventory: fabric.yaml               # lets 'aggregate' group by rail / plane / pod / tier
@@ -190,7 +190,7 @@ class CollectorConfig:
     # sample interval is stale; keepalive pings a silent connection; stats_interval paces the
     # self-metrics log line; by shutdown_deadline whatever the sinks have not taken is spilled.
     stale_after: float = 3.0
-    keepalive_ns: int = 30_000_000_000
+    keepalive_ns: int = 300_000_000_000  # gRPC/Go servers refuse pings more often than 5 min without data
     stats_interval_ns: int = 10_000_000_000
     shutdown_deadline_ns: int = 5_000_000_000
     spill_file: str | None = None
@@ -568,7 +568,7 @@ def parse_config(data: object, *, source: str = "<config>", labels: Mapping[str,
         inventory=inventory,
         source=source,
         stale_after=float(stale_after),
-        keepalive_ns=_dur(c, "keepalive", top.get("keepalive", "30s"), _S, _H, zero_ok=True),
+        keepalive_ns=_dur(c, "keepalive", top.get("keepalive", "5m"), _S, _H, zero_ok=True),
         stats_interval_ns=_dur(c, "stats-interval", top.get("stats-interval", "10s"), 100 * _MS, _H, zero_ok=True),
         shutdown_deadline_ns=_dur(c, "shutdown.deadline", shut.get("deadline", "5s"), 0, _H),
         spill_file=_out_path(c, "shutdown.spill-file", shut["spill-file"]) if shut.get("spill-file") else None,
