@@ -383,7 +383,7 @@ class Collector:
             # ping a connection that has been silent this long; no answer within the timeout
             # closes it (the stream then fails UNAVAILABLE and reconnects)
             ka = self.cfg.keepalive_ns // 1_000_000
-            opts += [("grpc.keepalive_time_ms", ka), ("grpc.keepalive_timeout_ms", max(1000, ka // 2)),
+            opts += [("grpc.keepalive_time_ms", ka), ("grpc.keepalive_timeout_ms", max(1000, min(20_000, ka // 2))),
                      ("grpc.http2.max_pings_without_data", 0)]
         if t.tls is None:
             return grpc.aio.insecure_channel(t.address, options=opts)
