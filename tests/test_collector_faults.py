@@ -622,5 +622,33 @@ def test_a_hung_sink_write_does_not_hold_shutdown_past_the_deadline(tmp_path: Pa
     assert sum(len(x.events) for x in batches) == 100 == col.stats.spilled
 
 
+def test_self_metrics_are_a_plain_dict_and_the_prometheus_sink_exports_them() -> None:
+    import urllib.request
+
+    from fabricscope.telemetry.collector import Collector
+    from fabricscope.telemetry.config import parse_config
+    from fabricscope.telemetry.selfmetrics import STALE
+
+    cfg = parse_config({"targets": {"t1": {"address": "127.0.0.1:1", "names": ["dev-a"]}},
+                        "subscriptions": {"s": {"paths": ["/a"]}},
+                        "sinks": [{"type": "prometheus", "listen": "127.0.0.1:0"}]}, source="t.yaml")
+    col = Collector(cfg)
+    try:
+        from fabricscope.telemetry.collector import TargetStats
+
+        col.stats.targets["t1/dev-a/s"] = TargetStats("t1/dev-a/s", state=STALE, stale=2, decode_errors=3)
+        m = col.self_metrics()
+        assert m["streams"]["t1/dev-a/s"]["state"] == "stale" and m["states"]["stale"] == 1
+        assert m["decode_errors"] == 3 and m["buffer"]["max_events"] == 1_000_000
+        json.dumps(m)  # plain data only
+        port = col.sinks[0].port  # type: ignore[attr-defined]
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    finally:
+        col.close()
+    assert 'fabricscope_collector_stream_stale{stream="t1/dev-a/s"} 1.0' in body, body
+    assert 'fabricscope_collector_decode_errors_total{stream="t1/dev-a/s"} 3.0' in body, body
+    assert "fabricscope_collector_buffer_fill_ratio" in body
+
+
 if __name__ == "__main__":
     _serve(sys.argv[1:])
