@@ -73,6 +73,9 @@ STALE_MARK = "/fabricscope/collector/stale"
 # throws away what is in flight, so a scheduler hiccup must not trigger one.
 _MIN_STALE_S = 1.0
 _LOG_INTERVAL_S = 60.0  # one log line per stream per condition per minute
+# Before a call's first message the limit is at least this: the initial sync of a large
+# target can take a while, and cancelling it would only start it over.
+_FIRST_MESSAGE_S = 10.0
 
 T = TypeVar("T")
 
@@ -306,6 +309,7 @@ class Collector:
         self._calls: dict[str, grpc.aio.StreamStreamCall] = {}
         self._stale_cancel: set[str] = set()
         self._last_rx: dict[str, float] = {}
+        self._waiting_first: set[str] = set()
         self._conns: list[_Conn] = []
 
     # ------------------------------------------------------------------ health
@@ -346,7 +350,7 @@ class Collector:
                 if call is None or st.state not in (CONNECTING, CONNECTED, STALE):
                     continue
                 age = now - self._last_rx.get(key, now)  # since the last update or the call's start
-                if age <= thr:
+                if age <= (max(thr, _FIRST_MESSAGE_S) if key in self._waiting_first else thr):
                     continue
                 if st.state != STALE:
                     st.state = STALE
@@ -449,9 +453,11 @@ class Collector:
                 call = subscribe(self._requests(self._request(name, s), s), metadata=md)
                 self._calls[key] = call
                 last_rx[key] = clock()
+                self._waiting_first.add(key)
                 async for resp in call:
                     last_rx[key] = clock()
                     if st.state != CONNECTED:
+                        self._waiting_first.discard(key)
                         self._recovered(key, st)
                     try:
                         evs, sync = flatten(resp, default_target=name)
