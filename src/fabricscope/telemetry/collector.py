@@ -806,6 +806,17 @@ async def gnmi_get(
     return out
 
 
+_SUBSCRIBE_FLAGS = {
+    "targets.cli.address": "ADDRESS", "targets.cli.names": "--target",
+    "subscriptions.cli.paths": "PATH", "subscriptions.cli.mode": "--mode",
+    "subscriptions.cli.stream-mode": "--stream-mode",
+    "subscriptions.cli.sample-interval": "--interval",
+    "subscriptions.cli.poll-interval": "--interval",
+    "subscriptions.cli.heartbeat-interval": "--heartbeat",
+    "subscriptions.cli.encoding": "--encoding",
+}
+
+
 async def gnmi_subscribe(
     address: str,
     target: str,
@@ -828,6 +839,8 @@ async def gnmi_subscribe(
     """Subscribe and hand every batch of events to ``on_events`` (used by ``gnmi subscribe``)."""
     from fabricscope.telemetry.config import TLSConfig, parse_config
 
+    # Errors name the flag the user typed, not the internal config built from the flags.
+
     cfg = parse_config({
         "targets": {"cli": {"address": address, "names": [target]}},
         "subscriptions": {"cli": {
@@ -836,7 +849,7 @@ async def gnmi_subscribe(
             "updates-only": updates_only, "suppress-redundant": suppress_redundant, "encoding": encoding,
             "poll-interval": interval_ns / 1e9}},
         "buffer": {"flush-interval": "50ms"},
-    }, source="gnmi subscribe")
+    }, source="gnmi subscribe", labels=_SUBSCRIBE_FLAGS)
     t = cfg.targets[0]
     tls = TLSConfig(ca_file=tls_ca, server_name=server_name) if tls_ca else None
     cfg = CollectorConfig((TargetConfig(t.name, t.address, t.names, username, password, tls=tls),),
