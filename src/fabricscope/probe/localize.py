@@ -72,6 +72,7 @@ class PathModel:
         self._pending: list[tuple[dict[int, float], dict[int, float]]] = []
         self._matrix: tuple[csr_matrix, csr_matrix] | None = None
         self._bound: dict[int, tuple[Sequence[FlowKey], int]] = {}
+        self._fractional = False  # set when a candidate-set (non-integer) row is added
 
     def component_name(self, c: int) -> tuple[str, str]:
         """(kind, inventory id) of component ``c``."""
@@ -100,6 +101,7 @@ class PathModel:
                 c = self.n_edges + ix.node_of[nic]
                 w[c] = w.get(c, 0.0) + 1.0
             ws.append(w)
+        self._fractional = self._fractional or any(v % 1.0 for w in ws for v in w.values())
         j = self._n
         self._n += 1
         self._row[key] = j
@@ -179,6 +181,7 @@ class PathModel:
         idx = np.fromiter((k for w in rows for k in w), dtype=np.int64, count=int(indptr[-1]))
         val = np.fromiter((v for w in rows for v in w.values()), dtype=np.float64, count=int(indptr[-1]))
         per_pair = csr_matrix((val, idx, indptr), shape=(len(rows), self.n_components))
+        self._fractional = self._fractional or bool(np.any(val % 1.0 != 0.0))
         r0 = self._n
         self._blocks.append((per_pair[inv[:n]], per_pair[inv[n:]]))
         self._n += n
@@ -218,8 +221,7 @@ class PathModel:
     @property
     def fractional(self) -> bool:
         """Whether some flow's path is a candidate set (weights not whole traversals)."""
-        AF, AR = self.matrices
-        return bool(np.any(AF.data % 1.0 != 0.0) or np.any(AR.data % 1.0 != 0.0))
+        return self._fractional
 
     def hops_one_way(self) -> tuple[F64, F64]:
         """Link traversals of the request and of the reply path, per known flow."""
