@@ -74,3 +74,23 @@ def test_unreadable_inputs_are_one_line_errors(tmp_path: Path) -> None:
     junk.write_text("not a database")
     with pytest.raises(TransportError, match=r"junk\.duckdb"):
         ProbeStore.merged([junk])
+
+
+def test_columnar_insert_round_trips_twin_probes(tmp_path: Path) -> None:
+    from fabricscope.fabric import leaf_spine_fabric
+    from fabricscope.service.probe_twin import TwinMesh
+    from fabricscope.sim.faults import Fault, FaultSchedule
+
+    m = TwinMesh(leaf_spine_fabric(leaves=2, hosts_per_leaf=2, spines=2), seed=1)
+    link = m.fabric.index.edge_id(5)
+    obs = m.probe(m.transport_for(FaultSchedule.of([Fault("gray-loss", link, params={"loss": 0.2})]), 2),
+                  start_ns=0, duration_ns=5 * 10**9, seed=3)
+    st = ProbeStore(tmp_path / "t.duckdb")
+    assert st.insert_observations(obs) == len(obs)
+    back = st.observations()
+    st.close()
+    a, b = flow_stats(obs, medians=False), flow_stats(back, medians=False)
+    key = {k: i for i, k in enumerate(back.flows)}
+    order = [key[k] for k in obs.flows]
+    assert (b.sent[order] == a.sent).all() and (b.lost[order] == a.lost).all()
+    assert (b.lost_req[order] == a.lost_req).all() and a.lost.sum() > 0
