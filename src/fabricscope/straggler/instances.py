@@ -215,7 +215,14 @@ def _fused_rows(table: OpTable, rows: I64, eps_ns: int = 2_000) -> npt.NDArray[n
     """Communication rows that share their span with another one on the same rank (a fused call)."""
     if rows.size < 2:
         return np.zeros(rows.size, dtype=bool)
-    o = np.lexsort((table.start[rows], table.iteration[rows], table.rank[rows]))
+    st = table.start[rows]
+    span = int(st.max()) - int(st.min()) + 1
+    lane = table.rank[rows].astype(np.int64) * (int(table.iteration[rows].max()) + 1) \
+        + table.iteration[rows]
+    if int(lane.max()) + 1 < (1 << 62) // max(span, 1) and int(table.iteration[rows].min()) >= 0:
+        o = np.argsort(lane * span + (st - int(st.min())), kind="stable")
+    else:
+        o = np.lexsort((st, table.iteration[rows], table.rank[rows]))
     r, it = table.rank[rows][o], table.iteration[rows][o]
     s, e = table.start[rows][o], table.end[rows][o]
     same = ((r[1:] == r[:-1]) & (it[1:] == it[:-1]) & (np.abs(s[1:] - s[:-1]) <= eps_ns)
