@@ -352,7 +352,8 @@ def analyze(
     # is not in the traces, so every spine above a transfer's leaves observes it. A slow
     # spine shows as slow transfers across many leaf pairs while same-leaf ones stay fast.
     spine_names: list[str] = []
-    spine_obs = np.zeros((0, inst.n), dtype=bool)
+    sp_idx = np.zeros(0, dtype=np.int64)    # cross-leaf network instances
+    sp_bits = np.zeros((0, 0), dtype=bool)  # [instance of sp_idx, spine]: spine above it
     if use_leaf and devices is not None and inst.n:
         spine_names = sorted({sp for lf in leaf_names for sp in devices.spines_of_leaf.get(lf, ())})
         if 0 < len(spine_names) <= 63:
@@ -362,20 +363,29 @@ def analyze(
             lrow = leaf_of[row_r]
             cross = (np.minimum.reduceat(lrow, inst.first) != np.maximum.reduceat(lrow, inst.first))
             above = np.bitwise_or.reduceat(leaf_mask[lrow], inst.first)
-            spine_obs = np.stack([cross & network & ((above >> k) & 1).astype(bool)
-                                  for k in range(len(spine_names))])
+            sp_idx = np.flatnonzero(cross & network)
+            sp_bits = ((above[sp_idx, None] >> np.arange(len(spine_names))) & 1).astype(bool)
         else:
             spine_names = []
     n_spine = len(spine_names)
+    sp_fast = np.zeros((n_spine, n_i))
+    if n_spine:
+        fast_rows = ~inst.slow[sp_idx]
+        for k in range(n_spine):
+            sp_fast[k] = np.bincount(it_of_inst[sp_idx[fast_rows & sp_bits[:, k]]], minlength=n_i)
+
+    def spine_obs(k: int) -> npt.NDArray[np.bool_]:
+        """Instances spine ``k`` observes (cross-leaf network instances under it)."""
+        m = np.zeros(inst.n, dtype=bool)
+        m[sp_idx[sp_bits[:, k]]] = True
+        return m
 
     def spine_counts() -> tuple[F64, F64]:
         h = np.zeros((n_spine, n_i))
-        f = np.zeros((n_spine, n_i))
+        live = inst.slow[sp_idx] & ~explained_inst[sp_idx]
         for k in range(n_spine):
-            obs = spine_obs[k]
-            np.add.at(h[k], it_of_inst[obs & inst.slow & ~explained_inst], 1.0)
-            np.add.at(f[k], it_of_inst[obs & ~inst.slow], 1.0)
-        return h, f
+            h[k] = np.bincount(it_of_inst[sp_idx[live & sp_bits[:, k]]], minlength=n_i)
+        return h, sp_fast
 
     kinds = (["slow-gpu"] * n_r + ["slow-nic"] * n_nic
              + (["slow-switch"] * n_leaf if use_leaf else []) + ["slow-switch"] * n_spine)
@@ -523,7 +533,7 @@ def analyze(
             spine_k = best - n_r - n_nic - (n_leaf if use_leaf else 0)
             member = np.zeros(inst.n, dtype=bool)
             if spine_k >= 0:
-                member = spine_obs[spine_k].copy()
+                member = spine_obs(spine_k)
             else:
                 owner = nic_of if kind == "slow-nic" else leaf_of
                 own_idx = best - n_r if kind == "slow-nic" else best - n_r - n_nic
@@ -575,7 +585,7 @@ def analyze(
                     # Spines over the same leaves observe the same transfers: the traces
                     # cannot tell them apart (ECMP paths are not traced).
                     twins = [spine_names[j] for j in range(n_spine) if j != spine_k
-                             and np.array_equal(spine_obs[j], spine_obs[spine_k])]
+                             and np.array_equal(sp_bits[:, j], sp_bits[:, spine_k])]
                     evidence.append(f"slow transfers span {n_pairs} leaf pair(s); transfers "
                                     f"within a leaf were fast")
                     if twins:
