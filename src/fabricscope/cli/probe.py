@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import typer
@@ -44,11 +45,16 @@ without it each flow's candidate ECMP path set is used.
 
 Examples:
 
+  fabricscope topo build leaf-spine:leaves=4,hosts_per_leaf=2,spines=2 -o lab.json
+
+  fabricscope probe twin -i lab.json --fault 'gray:spine-01:eth3->leaf-002:eth4,loss=0.05' --duration 30 --db /tmp/probes.duckdb
+
   fabricscope probe analyze --inventory lab.json --db /tmp/probes.duckdb
 
-  fabricscope probe analyze -i lab.json --jsonl p.jsonl --method 007 --json
+  fabricscope probe analyze -i lab.json --db /tmp/probes.duckdb --method 007 --json --top 3
 
-  fabricscope probe analyze -i lab.json --db h0.duckdb --db h1.duckdb --last 60 --paths p0.json --paths p1.json
+One file per host (agents on live hosts, traceroute path caches from `lab trace`):
+`probe analyze -i cluster.yaml --db h0.duckdb --db h1.duckdb --last 60 --paths p0.json --paths p1.json`.
 """
 
 
@@ -70,7 +76,9 @@ Examples:
 
   fabricscope probe twin --topo leaf-spine:leaves=4,hosts_per_leaf=2,spines=2 --fault 'gray:spine-01:eth3->leaf-002:eth4,loss=0.05' --duration 60 --db out.duckdb
 
-  fabricscope probe twin --topo rail-optimized:servers=16 --fault 'switch-fault spine-00 loss=0.02 start=10s' --duration 30 --traced
+  fabricscope probe twin --topo rail-optimized:servers=16 --fault 'switch-fault spine-p0-00 loss=0.02 start=10s' --duration 30 --traced
+
+  fabricscope topo build leaf-spine:leaves=4,hosts_per_leaf=2,spines=2 -o lab.json   # the first twin's fabric
 
   fabricscope probe analyze --inventory lab.json --db out.duckdb --top 3
 """
@@ -91,6 +99,17 @@ def _check_counts(*, top: int | None = None, last: float | None = None,
         raise ConfigError(f"--rate must be probes/s in (0, 100000], got {rate:g}")
 
 
+def _finite(obj: object) -> object:
+    """``obj`` with every non-finite float replaced by None (for strict JSON)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def _print_findings(findings: list, n_probes: int, *, method: str, as_json: bool,  # type: ignore[type-arg]
                     top: int | None, traced: bool) -> None:
     """The findings as a table (or JSON); an ambiguous finding names its candidate set, what
@@ -101,16 +120,17 @@ def _print_findings(findings: list, n_probes: int, *, method: str, as_json: bool
 
     shown = findings[:top] if top is not None else findings
     if as_json:
-        typer.echo(json.dumps([{"kind": f.kind, "subject": f.subject, "score": f.score,
-                                "window": list(f.window), "evidence": list(f.evidence),
-                                "action": f.action, "details": dict(f.details)}
-                               for f in shown], indent=1))
+        # Strict JSON: a loss that could not be estimated is null, never NaN.
+        typer.echo(json.dumps([_finite({"kind": f.kind, "subject": f.subject, "score": f.score,
+                                        "window": list(f.window), "evidence": list(f.evidence),
+                                        "action": f.action, "details": dict(f.details)})
+                               for f in shown], indent=1, allow_nan=False))
         return
     more = f", {len(shown)} shown" if len(shown) < len(findings) else ""
     t = Table(title=f"{n_probes} probes, {len(findings)} findings{more} ({method}, "
                     f"{'traced paths' if traced else 'candidate ECMP paths: no --paths'})")
     t.add_column("kind", no_wrap=True)
-    t.add_column("subject", overflow="fold", min_width=20)
+    t.add_column("subject", no_wrap=True)  # a link id is copied whole, never folded
     t.add_column("loss / delay", no_wrap=True)
     t.add_column("confidence" if method == "map" else "vote share", no_wrap=True)
     t.add_column("evidence (lossiest probe flows)", overflow="fold")
@@ -130,7 +150,10 @@ def _print_findings(findings: list, n_probes: int, *, method: str, as_json: bool
                          f"{d.get('posterior', '?')}); {f.action}")
         ev = [e for e in f.evidence if not e.startswith("ambiguous:")][:3]
         t.add_row(escape(f.kind), escape(subject), est, conf, escape("\n".join(ev)))
-    Console().print(t)
+    console = Console()
+    if not console.is_terminal:  # piped: whole rows, not a table squeezed to 80 columns
+        console = Console(width=200)
+    console.print(t)
     for n in notes:
         typer.echo(n)
 
@@ -139,8 +162,12 @@ def register(app: typer.Typer) -> None:
     """Add the ``probe`` command group (``agent``, ``analyze``)."""
     grp = typer.Typer(
         help="Mesh probing: probe every ECMP path and localize gray links, NIC/switch faults.\n\n"
-        "Examples:\n\n  fabricscope probe agent --inventory lab.json --self host0003 --db p.duckdb\n\n"
-        "  fabricscope probe analyze --inventory lab.json --db p.duckdb",
+        "Examples:\n\n"
+        "  fabricscope topo build leaf-spine:leaves=4,hosts_per_leaf=2,spines=2 -o lab.json\n\n"
+        "  fabricscope probe twin -i lab.json --fault 'gray:spine-01:eth3->leaf-002:eth4,loss=0.05' --duration 30 --db p.duckdb\n\n"
+        "  fabricscope probe analyze --inventory lab.json --db p.duckdb\n\n"
+        "On a host of the fleet: `fabricscope probe agent --inventory cluster.yaml --self host0003 "
+        "--db p.duckdb` (see `probe agent --help`).",
         no_args_is_help=True,
     )
     app.add_typer(grp, name="probe")

@@ -16,11 +16,13 @@ Prints a ranked table: device culprits (slow-gpu, slow-nic, slow-switch) with a 
 
 Examples:
 
-  fabricscope straggler analyze traces/   (a folder of rank*.json.gz)
+  fabricscope straggler analyze traces/   # a folder of rank*.json.gz
 
   fabricscope straggler analyze trace-AR.parquet --json
 
-  fabricscope straggler analyze run/ --inventory cluster.yaml --plot culprit.png
+  fabricscope straggler twin run --fault slow-nic   # traces with a known culprit, then:
+
+  fabricscope straggler analyze run/ --inventory run/inventory.json --plot culprit.png
 
   fabricscope straggler analyze run/kineto --inventory run/inventory.json --placement run/truth.json
 """
@@ -33,11 +35,11 @@ Examples:
 
   fabricscope straggler twin /tmp/run --fault slow-nic
 
-  fabricscope straggler twin /tmp/run --fault slow-gpu --dp 4 --pp 4 --seed 7
+  fabricscope straggler twin /tmp/run --fault slow-gpu --dp 4 --pp 4 --seed 7 --force   # replaces /tmp/run
 
-  fabricscope straggler twin /tmp/run --fault stage-imbalance --comm alpha-beta
+  fabricscope straggler twin /tmp/imbalance --fault stage-imbalance --comm alpha-beta
 
-  fabricscope straggler twin /tmp/run --fault none --schedule 1f1b --pp 8 --dp 1 --tp 1   (also writes OUTDIR/bytedance/trace-twin.parquet, ByteDance's schema)
+  fabricscope straggler twin /tmp/deep --fault none --schedule 1f1b --pp 8 --dp 1 --tp 1   # also writes OUTDIR/bytedance/trace-twin.parquet (ByteDance's schema)
 """
 
 

@@ -15,19 +15,19 @@ Examples:
 
   fabricscope topo build rail-optimized:servers=128 -o rail-1k.yaml
 
-  fabricscope topo build rail-optimized:servers=4096 -o rail-32k.json   (3 tiers, 32,768 GPUs)
+  fabricscope topo build rail-optimized:servers=4096 -o rail-32k.json   # 3 tiers, 32,768 GPUs
 
   fabricscope topo build multi-plane:servers=64,planes=4 -o mp.yaml
 
   fabricscope topo build dual-tor:servers=32,oversubscription=2 -o dt.yaml
 
-  fabricscope topo build leaf-spine:leaves=32,hosts_per_leaf=32,spines=8 -o ls.yaml   (4:1)
+  fabricscope topo build leaf-spine:leaves=32,hosts_per_leaf=32,spines=8 -o ls.yaml   # 4:1
 
   fabricscope topo build fat-tree:k=16 -o ft.yaml
 
   fabricscope topo build fat-tree:pods=16,tors_per_pod=8,aggs_per_pod=8,hosts_per_tor=8,cores_per_plane=8 -o htsim-1024.yaml
 
-  fabricscope topo build leaf-spine -o ls-default.yaml   (defaults: 8 leaves x 8 hosts, 4 spines)
+  fabricscope topo build leaf-spine -o ls-default.yaml   # defaults: 8 leaves x 8 hosts, 4 spines
 
   fabricscope topo build rail-optimized --params
 """
