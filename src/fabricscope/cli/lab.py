@@ -21,9 +21,9 @@ Examples:
 
   fabricscope lab up --prefix lab2 --leaves 2 --spines 2 --hosts-per-leaf 1
 
-  fabricscope lab down --prefix lab2
+  ip netns exec lab2host0000 fabricscope probe agent -i /tmp/fabricscope-lab-lab2/inventory.json --self host0000 --db /tmp/h0.duckdb --duration 5
 
-  ip netns exec fslhost0000 fabricscope probe agent -i /tmp/fabricscope-lab-fsl/inventory.json --self host0000 --db /tmp/h0.duckdb
+  fabricscope lab down --prefix lab2
 """
 
 _FAULT_HELP = """Inject a fault on one direction of a lab link (the egress port of its first end).
