@@ -26,6 +26,8 @@ wall time on the generated operator table (reading files is not included).
 Usage:
   python benchmarks/bench_straggler.py                 # full: 504 scenarios, 400 deep, speed to 8,192
   python benchmarks/bench_straggler.py --quick         # 70 scenarios, 200 deep, speed to 2,048
+  python benchmarks/bench_straggler.py --only speed --sizes 8192   # speed part only
+      (writes benchmarks/results/straggler-speed.json unless --out says otherwise)
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ SHAPES_PP = ((4, 2, 2), (8, 1, 2), (2, 2, 4), (4, 1, 4), (4, 4, 2), (2, 1, 8))
 SHAPES_FLAT = ((8, 2, 1), (16, 1, 1), (8, 4, 1))
 NETWORK_KINDS = ("slow-nic", "link-degraded", "congestion", "switch-fault")
 OUT = Path(__file__).resolve().parent / "results" / "straggler.json"
+SPEED_OUT = OUT.with_name("straggler-speed.json")
 
 _fabrics: dict[tuple[int, int], Fabric] = {}
 
@@ -325,6 +328,26 @@ def speed(sizes: list[int]) -> list[dict[str, object]]:
     return out
 
 
+def _machine() -> dict[str, object]:
+    return {"cpus": __import__("os").cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
+def speed_only(args: argparse.Namespace) -> None:
+    """The speed part alone: analyze() on the 20-iteration DP x TP8 x PP16 job."""
+    sizes = args.sizes or [8192]
+    print("speed (analyze only, this machine):")
+    sp = speed(sizes)
+    doc = {"machine": _machine(),
+           "command": "python benchmarks/bench_straggler.py --only speed --sizes "
+                      + ",".join(str(n) for n in sizes),
+           "speed": sp, "targets": {"8192_ranks_20_iterations_s": "< 10"}}
+    out = args.out or SPEED_OUT
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1))
+    print(f"wrote {out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenarios", type=int, default=504)
@@ -333,8 +356,17 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=20251)
     ap.add_argument("--deep", type=int, default=400, help="fault-free deep 1F1B jobs")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--out", type=Path, default=None,
+                    help=f"JSON output (default {OUT.name}; {SPEED_OUT.name} with --only speed)")
+    ap.add_argument("--only", choices=("speed",), default=None,
+                    help="run only this part (speed: analyze() wall time vs ranks)")
+    ap.add_argument("--sizes", type=lambda v: [int(x) for x in v.split(",")], default=None,
+                    help="comma-separated rank counts for the speed part")
     args = ap.parse_args()
+    if args.only == "speed":
+        speed_only(args)
+        return
+    args.out = args.out or OUT
     n = 70 if args.quick else args.scenarios
     sizes = [512, 1024, 2048] if args.quick else [512, 1024, 2048, 4096, 8192]
     print(f"accuracy: {n} twin scenarios (alpha-beta comm) + {args.engine_subset} with the flow engine")
@@ -369,8 +401,7 @@ def main() -> None:
     print("speed (analyze only, this machine):")
     sp = speed(sizes)
     doc = {
-        "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform()},
+        "machine": _machine(),
         "command": "python benchmarks/bench_straggler.py" + (" --quick" if args.quick else ""),
         "accuracy": s, "accuracy_engine_subset": se, "accuracy_hard_tier": sh, "accuracy_wall_s": round(float(acc["wall_s"]), 1),  # type: ignore[arg-type]
         "deep_pipelines_fault_free": deep,
