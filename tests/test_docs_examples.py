@@ -5,12 +5,22 @@ of every command, then run through ``bash`` in order, one session per page / per
 help, in a scratch folder holding a copy of ``examples/``. What the test changes in a
 command is stated here and nowhere else:
 
-* ``/tmp/`` becomes the session's scratch folder, and ``--duration N`` above 4 s becomes 4 s
-  (the shape of the command is what is tested, not its patience);
-* ``$D`` is the shared datasets folder;
+* ``/tmp/`` becomes the session's scratch folder (a lab's own state folder,
+  ``/tmp/fabricscope-lab-*``, stays), and ``--duration N`` above 8 s becomes 8 s (the shape
+  of the command is what is tested, not its patience);
+* ``$D`` is the shared datasets folder; an example that reads it is skipped (with the
+  reason) where the datasets are absent, as the dataset tests are;
+* a code block with shell constructs (a loop, a variable) runs as one script;
 * a server example (``gnmi serve-twin`` without ``--duration``) is started in the background
-  for the rest of its session and stopped with SIGTERM at the end (exit 0 or 143 expected);
-* a command in ``SKIP`` is not run, with its reason; one that matches no rule must run.
+  for the rest of its session (a later server replaces it) and stopped with SIGTERM at the
+  end (exit 0 or 143 expected);
+* a command that streams until stopped (``gnmi subscribe``, ``gnmi collect`` or ``probe
+  agent`` without ``--duration``) runs for 6 s, must have printed something, and must exit
+  130 on Ctrl-C (SIGINT);
+* lab examples (``lab ...``, ``ip netns exec``) need root, ``nft`` and ``ip``; without them
+  they are skipped with the reason (CI runs as root);
+* ``PRELUDE`` makes the input files a page takes for granted (a trace folder, a running
+  target); a command in ``SKIP`` is not run, with its reason; every other one must run.
 
 A new example that fails, or that nobody listed, fails this test.
 """
@@ -44,17 +54,47 @@ SKIP: list[tuple[str, str]] = [
     (r"^python benchmarks/", "benchmarks take minutes; their figures and commands are in docs/benchmarks/"),
 ]
 
-# Files a page's examples take for granted, made before its first command runs.
-PRELUDE: dict[str, list[str]] = {}
+_SERVE = "&fabricscope gnmi serve-twin --topo leaf-spine:leaves=4,hosts_per_leaf=4,spines=2"
+_TRACES = [
+    "fabricscope straggler twin traces-run --comm alpha-beta --iterations 6",
+    "ln -s traces-run/kineto traces",
+    'if [ -e "$D/bytedance-straggler/trace-AR.parquet" ]; then '
+    'ln -s "$D/bytedance-straggler/trace-AR.parquet" .; fi',
+]
+# Files a page's examples take for granted, made before its first command runs; a line
+# starting with "&" is a server kept running for the session.
+PRELUDE: dict[str, list[str]] = {
+    "docs/straggler.md": [*_TRACES, "fabricscope straggler twin run --comm alpha-beta --iterations 6"],
+    "help: straggler": _TRACES,
+    "help: straggler analyze": _TRACES,
+    "help: topo show": [
+        "fabricscope topo build rail-optimized:servers=128 -o rail-1k.yaml",
+        "fabricscope topo build rail-optimized:servers=4096 -o rail-32k.json",
+    ],
+    "help: gnmi collect": [_SERVE],
+    "help: gnmi get": [_SERVE],
+    "help: gnmi subscribe": [_SERVE],
+    "help: gnmi query": [
+        _SERVE, "fabricscope gnmi collect -c collector.yaml --duration 4",
+    ],
+    "help: gnmi serve-twin": [
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout key.pem"
+        " -out cert.pem -subj /CN=localhost -days 1"
+        " -addext subjectAltName=DNS:localhost,IP:127.0.0.1",
+    ],
+}
 
 
 @dataclass(frozen=True)
 class Example:
     source: str  # "docs/sim.md" or "help: sim"
     command: str
+    script: bool = False  # a whole code block run as one bash script
 
 
-_CMD_START = re.compile(r"^(?:\$ )?(?:[A-Z_][A-Z0-9_]*=\S+ )*(?:fabricscope|make|python)\b")
+_CMD_START = re.compile(
+    r"^(?:\$ )?(?:[A-Z_][A-Z0-9_]*=\S+ )*(?:fabricscope|make|python|ip netns exec)\b")
+_SHELL = re.compile(r"^\s*(?:for |while |if |done\b|fi\b|[A-Za-z_][A-Za-z0-9_]*=\S*\s*$)")
 
 
 def _join_lines(lines: list[str]) -> list[str]:
@@ -94,7 +134,11 @@ def doc_examples() -> list[Example]:
             continue
         text = f.read_text()
         for block in re.findall(r"```[a-zA-Z]*\n(.*?)```", text, re.S):
-            for c in _join_lines(block.split("\n")):
+            lines = block.split("\n")
+            if any(_SHELL.match(ln) for ln in lines):
+                out.append(Example(str(f.relative_to(ROOT)), block, script=True))
+                continue
+            for c in _join_lines(lines):
                 out.append(Example(str(f.relative_to(ROOT)), _strip_comment(c)))
     return out
 
@@ -119,24 +163,55 @@ def help_examples() -> list[Example]:
 
 
 def _normalize(cmd: str, work: Path) -> str:
-    cmd = cmd.replace("/tmp/", f"{work}/tmp/")
+    cmd = re.sub(r"/tmp/(?!fabricscope-lab-)", f"{work}/tmp/", cmd)
     cmd = cmd.replace("$D/", f"{DATASETS}/")
 
     def cap(m: re.Match[str]) -> str:
-        return f"--duration {min(float(m.group(1)), 4.0):g}"
+        return f"--duration {min(float(m.group(1)), 8.0):g}"
 
     return re.sub(r"--duration[ =](\d+(?:\.\d+)?)", cap, cmd)
+
+
+def _lab_ready() -> str | None:
+    """None when lab examples can run here, else why not."""
+    if os.geteuid() != 0:
+        return "lab examples need root (CI runs as root)"
+    for tool in ("ip", "nft", "tc"):
+        if shutil.which(tool) is None:
+            return f"lab examples need `{tool}` (apt-get install iproute2 nftables)"
+    return None
 
 
 def _skip_reason(cmd: str) -> str | None:
     for pat, why in SKIP:
         if re.search(pat, cmd):
             return why
+    if re.search(r"\bfabricscope lab (up|fault|down|trace)\b|\bip netns exec\b", cmd):
+        why = _lab_ready()
+        if why:
+            return why
+    if ("$D/" in cmd or "trace-AR.parquet" in cmd) and not DATASETS.is_dir():
+        return f"needs the shared datasets ({DATASETS} is absent)"
     return None
 
 
 def _is_server(cmd: str) -> bool:
     return bool(re.search(r"\bgnmi serve-twin\b", cmd)) and "--duration" not in cmd
+
+
+def _is_stream(cmd: str) -> bool:
+    """Runs until stopped: the user watches it and presses Ctrl-C."""
+    if "--duration" in cmd:
+        return False
+    if re.search(r"\bgnmi subscribe\b", cmd):
+        return not re.search(r"--mode[ =](once|poll)", cmd)
+    return bool(re.search(r"\bgnmi collect\b|\bprobe agent\b", cmd))
+
+
+def _lab_prefixes(cmd: str) -> set[str]:
+    if not re.search(r"\blab up\b", cmd):
+        return set()
+    return set(re.findall(r"--prefix[ =](\S+)", cmd)) or {"fsl"}
 
 
 def _port_of(cmd: str) -> int:
@@ -197,13 +272,61 @@ def test_every_example_is_listed_or_run() -> None:
 
 
 @pytest.mark.parametrize("source", sorted(SESSIONS), ids=lambda s: s.replace(" ", "_"))
+def _stop_server(p: subprocess.Popen[str], failures: list[str]) -> None:
+    p.send_signal(signal.SIGTERM)
+    try:
+        _, err = p.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate()
+        failures.append("a server example did not stop within 15 s of SIGTERM")
+    if p.returncode not in (0, 143) or "Traceback" in (err or ""):
+        failures.append(f"server exited {p.returncode}: {(err or '')[-600:]}")
+
+
+def _run_stream(cmd: str, work: Path, env: dict[str, str]) -> str | None:
+    """Run a streaming command for 6 s, then Ctrl-C; None when it behaved, else why not."""
+    p = subprocess.Popen(["bash", "-c", f"exec {cmd}"], cwd=work, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = p.communicate(timeout=6)
+        return f"exited {p.returncode} before Ctrl-C: {(out + err).strip()[-600:]}"
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGINT)
+    try:
+        out, err = p.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return "did not stop within 20 s of Ctrl-C"
+    if p.returncode != 130 or "Traceback" in out + err:
+        return f"exit {p.returncode} on Ctrl-C (130 expected): {(out + err).strip()[-600:]}"
+    if not (out + err).strip():
+        return "printed nothing in 6 s"
+    return None
+
+
 def test_examples_run(source: str, tmp_path: Path) -> None:
     work = _scratch(tmp_path)
     env = _env(work)
-    servers: list[subprocess.Popen[str]] = []
+    server: subprocess.Popen[str] | None = None
     failures: list[str] = []
+    skipped: list[str] = []
+    labs: set[str] = set()
+
+    def serve(cmd: str) -> subprocess.Popen[str]:
+        nonlocal server
+        if server is not None:  # one port, one server: the next example replaces it
+            _stop_server(server, failures)
+        server = subprocess.Popen(["bash", "-c", f"exec {cmd}"], cwd=work, env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        _wait_port(_port_of(cmd), server)
+        return server
+
     try:
         for pre in PRELUDE.get(source, []):
+            if pre.startswith("&"):
+                serve(pre[1:])
+                continue
             r = subprocess.run(["bash", "-c", pre], cwd=work, env=env, capture_output=True,
                                text=True, timeout=300)
             assert r.returncode == 0, f"prelude {pre!r}: {r.stderr[-2000:]}"
@@ -211,16 +334,21 @@ def test_examples_run(source: str, tmp_path: Path) -> None:
             cmd = _normalize(ex.command, work)
             why = _skip_reason(ex.command)
             if why is not None:
+                skipped.append(f"{ex.command.splitlines()[0]} ({why})")
                 continue
-            if _is_server(cmd):
-                p = subprocess.Popen(["bash", "-c", f"exec {cmd}"], cwd=work, env=env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-                servers.append(p)
-                _wait_port(_port_of(cmd), p)
+            labs |= _lab_prefixes(cmd)
+            if not ex.script and _is_server(cmd):
+                serve(cmd)
                 continue
+            if not ex.script and _is_stream(cmd):
+                bad = _run_stream(cmd, work, env)
+                if bad:
+                    failures.append(f"{ex.command}\n  -> {bad}")
+                continue
+            script = f"set -e\n{cmd}" if ex.script else cmd
             try:
-                r = subprocess.run(["bash", "-c", cmd], cwd=work, env=env, capture_output=True,
-                                   text=True, timeout=240)
+                r = subprocess.run(["bash", "-c", script], cwd=work, env=env, capture_output=True,
+                                   text=True, timeout=420 if ex.script else 240)
             except subprocess.TimeoutExpired:
                 failures.append(f"{ex.command}\n  -> timed out")
                 continue
@@ -228,14 +356,11 @@ def test_examples_run(source: str, tmp_path: Path) -> None:
             if r.returncode != 0 or "Traceback" in out:
                 failures.append(f"{ex.command}\n  -> exit {r.returncode}: {out.strip()[-600:]}")
     finally:
-        for p in servers:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                failures.append("a server example did not stop within 15 s of SIGTERM")
-            err = p.stderr.read() if p.stderr else ""
-            if p.returncode not in (0, 143, -signal.SIGTERM) or "Traceback" in err:
-                failures.append(f"server exited {p.returncode}: {err[-600:]}")
+        if server is not None:
+            _stop_server(server, failures)
+        for prefix in labs:  # a failed lab example must not leave namespaces behind
+            subprocess.run([str(BIN / "fabricscope"), "lab", "down", "--prefix", prefix],
+                           capture_output=True, timeout=120, env=env)
+    if skipped:
+        print(f"{source}: not run here: " + "; ".join(skipped))
     assert not failures, f"{source}: {len(failures)} example(s) failed:\n" + "\n".join(failures)
