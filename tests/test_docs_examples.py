@@ -271,7 +271,6 @@ def test_every_example_is_listed_or_run() -> None:
     assert any(s.startswith("help: ") for s in SESSIONS)
 
 
-@pytest.mark.parametrize("source", sorted(SESSIONS), ids=lambda s: s.replace(" ", "_"))
 def _stop_server(p: subprocess.Popen[str], failures: list[str]) -> None:
     p.send_signal(signal.SIGTERM)
     try:
@@ -305,6 +304,7 @@ def _run_stream(cmd: str, work: Path, env: dict[str, str]) -> str | None:
     return None
 
 
+@pytest.mark.parametrize("source", sorted(SESSIONS), ids=lambda s: s.replace(" ", "_"))
 def test_examples_run(source: str, tmp_path: Path) -> None:
     work = _scratch(tmp_path)
     env = _env(work)
