@@ -26,7 +26,9 @@ the tolerance, is broken by releasing the earliest stuck node, and counted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +66,8 @@ class Graph:
     bounds: I64 | None = None
     dst_sorted: I64 | None = None
     indeg: I64 | None = None
+    #: a topological order of the nodes (None: the graph has a cycle, replay runs Kahn)
+    order: I64 | None = None
 
     @property
     def n_chain(self) -> int:
@@ -90,100 +94,199 @@ def _lane_time_order(lane: I64, t: I64) -> I64:
     return np.lexsort((t, lane)).astype(np.int64)
 
 
-def _last_before(lane_a: I64, t_a: I64, lane_b: I64, t_b: I64) -> I64:
-    """For each query (lane_b, t_b): index into a of the last row of the same lane with
-    ``t_a <= t_b`` (-1 if none). ``a`` must be sorted by (lane, t)."""
-    if lane_a.size == 0 or lane_b.size == 0:
-        return np.full(lane_b.size, -1, dtype=np.int64)
-    lo = min(int(t_a.min()), int(t_b.min()))
-    span = max(int(t_a.max()), int(t_b.max())) - lo + 1
-    ka = lane_a.astype(np.int64) * span + (t_a - lo)
-    kb = lane_b.astype(np.int64) * span + (t_b - lo)
-    pos = np.searchsorted(ka, kb, side="right") - 1
-    ok = pos >= 0
-    ok[ok] = lane_a[pos[ok]] == lane_b[ok]
-    return np.where(ok, pos, -1).astype(np.int64)
+def _edges(c_lane: I64, cb: I64, c_start: I64, oe_c: I64, c_end_sorted: I64, q_lane: I64,
+           q_start: I64, q_end: I64, node_of_row: I64, is_coll: npt.NDArray[np.bool_],
+           is_blk: npt.NDArray[np.bool_], oe_m: I64, m_end_sorted: I64, mb: I64, eps: int,
+           src: I64, dst: I64) -> int:
+    """Write the edges of the four rules (module docstring) into ``src``/``dst``; their count.
+
+    Chain rows are sorted by (lane, start), ``oe_c`` orders them by (lane, end) and ``oe_m``
+    the communication rows by (lane, end); ``cb``/``mb`` are the lane bounds of those sorted
+    arrays. Each query is a binary search inside its own lane (tens of rows), so the pass is
+    linear in rows. Edges come out rule by rule, each in query order (the order the numpy
+    version concatenated them in). Numba-compatible subset, like :func:`_kahn`.
+    """
+    k = 0
+    n_c = c_lane.shape[0]
+    nq = q_lane.shape[0]
+    # 1. the chain
+    for i in range(n_c - 1):
+        if c_lane[i + 1] == c_lane[i]:
+            src[k] = i
+            dst[k] = i + 1
+            k += 1
+    if n_c:
+        # 2. issuing point: the last chain row (by end) ended by the row's start
+        for j in range(nq):
+            lane = q_lane[j]
+            lo = cb[lane]
+            a = lo
+            b = cb[lane + 1]
+            t = q_start[j] + eps
+            while a < b:
+                mid = (a + b) >> 1
+                if c_end_sorted[mid] <= t:
+                    a = mid + 1
+                else:
+                    b = mid
+            if a > lo:
+                src[k] = oe_c[a - 1]
+                dst[k] = node_of_row[j]
+                k += 1
+    # 3. a collective waits for the rank's previous communication (by end)
+    for j in range(nq):
+        if not is_coll[j]:
+            continue
+        lane = q_lane[j]
+        lo = mb[lane]
+        a = lo
+        b = mb[lane + 1]
+        t = q_start[j] + eps
+        while a < b:
+            mid = (a + b) >> 1
+            if m_end_sorted[mid] <= t:
+                a = mid + 1
+            else:
+                b = mid
+        if a > lo:
+            prev = node_of_row[oe_m[a - 1]]
+            me = node_of_row[j]
+            if prev != me:
+                src[k] = prev
+                dst[k] = me
+                k += 1
+    if n_c:
+        # 4. the first chain row (by start) that started after a blocking row ended
+        for j in range(nq):
+            if not is_blk[j]:
+                continue
+            lane = q_lane[j]
+            a = cb[lane]
+            hi = cb[lane + 1]
+            b = hi
+            t = q_end[j] - eps
+            while a < b:
+                mid = (a + b) >> 1
+                if c_start[mid] < t:
+                    a = mid + 1
+                else:
+                    b = mid
+            if a < hi:
+                src[k] = node_of_row[j]
+                dst[k] = a
+                k += 1
+    return k
 
 
-def _first_after(lane_a: I64, t_a: I64, lane_b: I64, t_b: I64) -> I64:
-    """For each query: index into a of the first row of the same lane with ``t_a >= t_b``."""
-    if lane_a.size == 0 or lane_b.size == 0:
-        return np.full(lane_b.size, -1, dtype=np.int64)
-    lo = min(int(t_a.min()), int(t_b.min()))
-    span = max(int(t_a.max()), int(t_b.max())) - lo + 1
-    ka = lane_a.astype(np.int64) * span + (t_a - lo)
-    kb = lane_b.astype(np.int64) * span + (t_b - lo)
-    pos = np.searchsorted(ka, kb, side="left")
-    ok = pos < ka.size
-    ok[ok] = lane_a[pos[ok]] == lane_b[ok]
-    return np.where(ok, pos, -1).astype(np.int64)
+def _csr(src: I64, dst: I64, bounds: I64, dst_sorted: I64, indeg: I64) -> None:
+    """Out-edge CSR by a stable counting sort on ``src`` (``bounds``/``indeg`` start zeroed)."""
+    m = src.shape[0]
+    for e in range(m):
+        bounds[src[e] + 1] += 1
+        indeg[dst[e]] += 1
+    for v in range(bounds.shape[0] - 1):
+        bounds[v + 1] += bounds[v]
+    fill = bounds[:-1].copy()
+    for e in range(m):
+        v = src[e]
+        dst_sorted[fill[v]] = dst[e]
+        fill[v] += 1
+
+
+def _topo_order(bounds: I64, dst_sorted: I64, indeg: I64, order: I64) -> int:
+    """Kahn's order of the graph into ``order`` (``indeg`` is consumed); how many nodes it
+    placed: fewer than all when the graph has a cycle."""
+    n = indeg.shape[0]
+    tail = 0
+    for v in range(n):
+        if indeg[v] == 0:
+            order[tail] = v
+            tail += 1
+    head = 0
+    while head < tail:
+        v = order[head]
+        head += 1
+        for k in range(bounds[v], bounds[v + 1]):
+            w = dst_sorted[k]
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                order[tail] = w
+                tail += 1
+    return tail
+
+
+def _group_min(code: I64, values: I64, n: int) -> I64:
+    """Per code ``0 .. n - 1``: the minimum of ``values`` (int64 max where none)."""
+    out = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    for i in range(code.shape[0]):
+        c = code[i]
+        if values[i] < out[c]:
+            out[c] = values[i]
+    return out
 
 
 def build_graph(table: OpTable, inst: Instances, *, eps_ns: int = EPS_NS) -> Graph:
-    """The dependency graph of ``table`` (rows of kind compute/other chain, instances join)."""
+    """The dependency graph of ``table`` (rows of kind compute/other chain, instances join).
+
+    O(rows log rows): three packed-key sorts, then compiled linear passes (the edges,
+    :func:`_edges`; a counting-sort CSR; the topological order), built once and shared by
+    every :func:`replay` of the graph.
+    """
     _, r_idx = dense_codes(table.rank)
     its, i_idx = dense_codes(table.iteration)
     n_i = its.size
+    n_lanes = (int(r_idx.max()) + 1 if r_idx.size else 0) * max(n_i, 1)
     lane = r_idx * max(n_i, 1) + i_idx
-    it_start = np.full(n_i, np.iinfo(np.int64).max)
-    np.minimum.at(it_start, i_idx, table.start)
+    if n_lanes > 4 * lane.size + 1024:
+        # few of the (rank, iteration) pairs occur: renumber them (order-preserving) so the
+        # lane bounds stay as long as the table
+        uniq, lane = dense_codes(lane)
+        n_lanes = int(uniq.size)
+    start = table.start.astype(np.int64, copy=False)
+    end = table.end.astype(np.int64, copy=False)
+    it_start = _jit(_group_min)(i_idx, start, n_i)
     is_comm = (table.kind == COLLECTIVE) | (table.kind == P2P)
     chain = np.flatnonzero(~is_comm)
-    chain = chain[_lane_time_order(lane[chain], table.start[chain])]
+    chain = chain[_lane_time_order(lane[chain], start[chain])]
     n_c = chain.size
     c_lane = lane[chain]
-    src: list[I64] = []
-    dst: list[I64] = []
-    # 1. the chain
-    if n_c > 1:
-        same = c_lane[1:] == c_lane[:-1]
-        k = np.flatnonzero(same)
-        src.append(k)
-        dst.append(k + 1)
-    # 2. issuing point of each communication row: last chain row ended by its start
-    rows = inst.rows
-    node_of_row = n_c + inst.inst
-    if rows.size and n_c:
-        c_end = table.end[chain]
-        oe = _lane_time_order(c_lane, c_end)
-        pos = _last_before(c_lane[oe], c_end[oe], lane[rows], table.start[rows] + eps_ns)
-        ok = pos >= 0
-        src.append(oe[pos[ok]])
-        dst.append(node_of_row[ok])
-    # 3. a collective waits for the rank's previous communication
-    if rows.size:
-        m_lane = lane[rows]
-        m_end = table.end[rows]
-        oe = _lane_time_order(m_lane, m_end)
-        coll = np.flatnonzero(table.kind[rows] == COLLECTIVE)
-        pos = _last_before(m_lane[oe], m_end[oe], m_lane[coll], table.start[rows[coll]] + eps_ns)
-        ok = pos >= 0
-        prev = node_of_row[oe[pos[ok]]]
-        me = node_of_row[coll[ok]]
-        keep = prev != me
-        src.append(prev[keep])
-        dst.append(me[keep])
-    # 4. the chain row that consumed a blocking communication row
-    if rows.size and n_c:
-        send = _is_pure_send(table.op_names)[table.op[rows]] & (table.kind[rows] == P2P)
-        blk = np.flatnonzero(~send)
-        c_start = table.start[chain]
-        pos = _first_after(c_lane, c_start, lane[rows[blk]], table.end[rows[blk]] - eps_ns)
-        ok = pos >= 0
-        src.append(node_of_row[blk[ok]])
-        dst.append(pos[ok])
+    c_start = start[chain]
+    c_end = end[chain]
+    cb = np.zeros(n_lanes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(c_lane, minlength=n_lanes), out=cb[1:])
+    oe_c = _lane_time_order(c_lane, c_end)
+    rows = inst.rows.astype(np.int64, copy=False)
+    node_of_row = (n_c + inst.inst).astype(np.int64, copy=False)
+    m_lane = lane[rows]
+    m_end = end[rows]
+    m_kind = table.kind[rows]
+    mb = np.zeros(n_lanes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(m_lane, minlength=n_lanes), out=mb[1:])
+    oe_m = _lane_time_order(m_lane, m_end)
+    is_coll = m_kind == COLLECTIVE
+    # a pure send does not block its sender
+    is_blk = ~(_is_pure_send(table.op_names)[table.op[rows]] & (m_kind == P2P))
+    cap = max(n_c - 1, 0) + rows.size + int(is_coll.sum()) + int(is_blk.sum())
+    s = np.empty(cap, dtype=np.int64)
+    d = np.empty(cap, dtype=np.int64)
     # Duplicate edges are harmless (in-degree counts them and each release removes one).
-    s = np.concatenate(src) if src else np.zeros(0, dtype=np.int64)
-    d = np.concatenate(dst) if dst else np.zeros(0, dtype=np.int64)
-    it_node = np.concatenate([i_idx[chain], np.searchsorted(its, inst.iteration)]).astype(np.int64)
+    m = int(_jit(_edges)(c_lane, cb, c_start, oe_c, c_end[oe_c], m_lane, start[rows], m_end,
+                         node_of_row, is_coll, is_blk, oe_m, m_end[oe_m], mb, int(eps_ns), s, d))
+    s, d = s[:m], d[:m]
     n_nodes = n_c + inst.n
-    o = np.argsort(s, kind="stable")
-    bounds = np.searchsorted(s[o], np.arange(n_nodes + 1)).astype(np.int64)
-    indeg = np.bincount(d, minlength=n_nodes).astype(np.int64)
-    return Graph(chain.astype(np.int64), inst.n, s.astype(np.int64), d.astype(np.int64), it_node,
-                 it_start.astype(np.float64),
-                 (table.end[chain] - table.start[chain]).astype(np.float64),
-                 inst.transfer.astype(np.float64), bounds, d[o].astype(np.int64), indeg)
+    it_node = np.empty(n_nodes, dtype=np.int64)
+    it_node[:n_c] = i_idx[chain]
+    it_node[n_c:] = np.searchsorted(its, inst.iteration)
+    bounds = np.zeros(n_nodes + 1, dtype=np.int64)
+    dst_sorted = np.empty(m, dtype=np.int64)
+    indeg = np.zeros(n_nodes, dtype=np.int64)
+    _jit(_csr)(s, d, bounds, dst_sorted, indeg)
+    order = np.empty(n_nodes, dtype=np.int64)
+    placed = int(_jit(_topo_order)(bounds, dst_sorted, indeg.copy(), order))
+    return Graph(chain.astype(np.int64, copy=False), inst.n, s, d, it_node,
+                 it_start.astype(np.float64), (c_end - c_start).astype(np.float64),
+                 inst.transfer.astype(np.float64), bounds, dst_sorted, indeg,
+                 order if placed == n_nodes else None)
 
 
 def _kahn(bounds: I64, dst_sorted: I64, indeg: I64, ready: F64, dur: F64, end: F64) -> int:
@@ -233,19 +336,42 @@ def _kahn(bounds: I64, dst_sorted: I64, indeg: I64, ready: F64, dur: F64, end: F
     return broken
 
 
-_KERNEL: list[object] = []
+def _sweep(order: I64, bounds: I64, dst_sorted: I64, ready: F64, dur: F64, it_node: I64,
+           it_end: F64) -> None:
+    """Longest-path replay along a precomputed topological order; ``it_end`` gets each
+    iteration's last end (NaN-propagating, as ``np.maximum`` is).
+
+    In an acyclic graph a node's end is ``max(its start, predecessors' ends) + dur`` in any
+    topological order (max is exact), so this equals :func:`_kahn` bit for bit.
+    """
+    for i in range(order.shape[0]):
+        v = order[i]
+        e = ready[v] + dur[v]
+        it = it_node[v]
+        cur = it_end[it]
+        if cur == cur and not (e <= cur):
+            it_end[it] = e
+        for k in range(bounds[v], bounds[v + 1]):
+            w = dst_sorted[k]
+            if e > ready[w]:
+                ready[w] = e
 
 
-def _kernel() -> object:
-    """The compiled :func:`_kahn` (numba, cached on disk), or the Python one."""
-    if not _KERNEL:
+_KERNELS: dict[str, Callable[..., Any]] = {}
+
+
+def _jit(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` compiled by numba (cached on disk), or ``fn`` itself without numba."""
+    k = _KERNELS.get(fn.__name__)
+    if k is None:
         try:
             import numba
 
-            _KERNEL.append(numba.njit(cache=True, nogil=True)(_kahn))
+            k = numba.njit(cache=True, nogil=True)(fn)
         except ImportError:  # pragma: no cover - numba is a declared dependency
-            _KERNEL.append(_kahn)
-    return _KERNEL[0]
+            k = fn
+        _KERNELS[fn.__name__] = k
+    return k
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,26 +385,31 @@ class Replay:
 def replay(graph: Graph, dur_chain: F64 | None = None, dur_inst: F64 | None = None) -> Replay:
     """Replay ``graph`` with the given durations (default: the actual ones).
 
-    Linear in nodes + edges (one topological pass); each iteration starts at its actual start.
+    Linear in nodes + edges: one pass along the graph's topological order (or one Kahn pass
+    when the graph has a cycle); each iteration starts at its actual start.
     """
     n = graph.n_nodes
     dur = np.concatenate([graph.dur_chain if dur_chain is None else dur_chain,
                           graph.dur_inst if dur_inst is None else dur_inst]).astype(np.float64)
     ready = graph.it_start[graph.it_node].astype(np.float64) if n else np.zeros(0)
-    end = np.zeros(n)
-    if graph.bounds is None or graph.dst_sorted is None or graph.indeg is None:
-        o = np.argsort(graph.src, kind="stable")
-        bounds = np.searchsorted(graph.src[o], np.arange(n + 1)).astype(np.int64)
-        dst_sorted = graph.dst[o].astype(np.int64)
-        indeg = np.bincount(graph.dst, minlength=n).astype(np.int64)
-    else:
-        bounds, dst_sorted, indeg = graph.bounds, graph.dst_sorted, graph.indeg.copy()
-    kernel = _kernel()
-    broken = int(kernel(bounds, dst_sorted, indeg, ready, dur, end))  # type: ignore[operator]
     n_i = graph.it_start.size
     it_end = np.full(n_i, -np.inf)
-    if n:
-        np.maximum.at(it_end, graph.it_node, end)
+    broken = 0
+    if graph.bounds is not None and graph.dst_sorted is not None and graph.order is not None:
+        _jit(_sweep)(graph.order, graph.bounds, graph.dst_sorted, ready, dur, graph.it_node,
+                     it_end)
+    else:
+        if graph.bounds is None or graph.dst_sorted is None or graph.indeg is None:
+            o = np.argsort(graph.src, kind="stable")
+            bounds = np.searchsorted(graph.src[o], np.arange(n + 1)).astype(np.int64)
+            dst_sorted = graph.dst[o].astype(np.int64)
+            indeg = np.bincount(graph.dst, minlength=n).astype(np.int64)
+        else:
+            bounds, dst_sorted, indeg = graph.bounds, graph.dst_sorted, graph.indeg.copy()
+        end = np.zeros(n)
+        broken = int(_jit(_kahn)(bounds, dst_sorted, indeg, ready, dur, end))
+        if n:
+            np.maximum.at(it_end, graph.it_node, end)
     out = np.where(np.isfinite(it_end), it_end - graph.it_start, 0.0)
     return Replay(np.maximum(out, 0.0), broken)
 
