@@ -19,9 +19,12 @@ This module builds that graph from timestamps alone, for any trace the readers p
 
 Each iteration is replayed from its actual start (iterations are separated by the gradient
 synchronisation); host-side gaps between operators are not replayed (the artifact's
-"no launch delay" baseline). The graph is evaluated in one topological pass (Kahn's algorithm,
-numba-compiled); a cycle, possible only when timestamps of a few operators coincide within
-the tolerance, is broken by releasing the earliest stuck node, and counted.
+"no launch delay" baseline). The graph is built once (three sorts, then numba-compiled
+linear passes: edges by per-lane binary search, a counting-sort CSR, a topological order, the
+CSR renumbered in that order) and each replay is one front-to-back pass over it. A cycle,
+possible only when timestamps of a few operators coincide within the tolerance, leaves no
+topological order: the replay then runs Kahn's algorithm, releasing the earliest stuck node,
+and counts the releases.
 """
 
 from __future__ import annotations
@@ -68,6 +71,11 @@ class Graph:
     indeg: I64 | None = None
     #: a topological order of the nodes (None: the graph has a cycle, replay runs Kahn)
     order: I64 | None = None
+    #: the out-edge CSR renumbered in that order (node i is ``order[i]``) and each
+    #: position's iteration: the replay then walks its arrays front to back
+    topo_bounds: I64 | None = None
+    topo_dst: I64 | None = None
+    topo_it: I64 | None = None
 
     @property
     def n_chain(self) -> int:
@@ -215,6 +223,22 @@ def _topo_order(bounds: I64, dst_sorted: I64, indeg: I64, order: I64) -> int:
     return tail
 
 
+def _permute_csr(order: I64, bounds: I64, dst_sorted: I64, tb: I64, td: I64) -> None:
+    """The CSR renumbered so that node ``i`` is ``order[i]`` (into ``tb``/``td``)."""
+    n = order.shape[0]
+    pos = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        pos[order[i]] = i
+    tb[0] = 0
+    for i in range(n):
+        v = order[i]
+        k0 = tb[i]
+        for k in range(bounds[v], bounds[v + 1]):
+            td[k0] = pos[dst_sorted[k]]
+            k0 += 1
+        tb[i + 1] = k0
+
+
 def _group_min(code: I64, values: I64, n: int) -> I64:
     """Per code ``0 .. n - 1``: the minimum of ``values`` (int64 max where none)."""
     out = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
@@ -283,10 +307,15 @@ def build_graph(table: OpTable, inst: Instances, *, eps_ns: int = EPS_NS) -> Gra
     _jit(_csr)(s, d, bounds, dst_sorted, indeg)
     order = np.empty(n_nodes, dtype=np.int64)
     placed = int(_jit(_topo_order)(bounds, dst_sorted, indeg.copy(), order))
+    topo: tuple[I64 | None, I64 | None, I64 | None, I64 | None] = (None, None, None, None)
+    if placed == n_nodes:
+        tb = np.empty(n_nodes + 1, dtype=np.int64)
+        td = np.empty(m, dtype=np.int64)
+        _jit(_permute_csr)(order, bounds, dst_sorted, tb, td)
+        topo = (order, tb, td, it_node[order])
     return Graph(chain.astype(np.int64, copy=False), inst.n, s, d, it_node,
                  it_start.astype(np.float64), (c_end - c_start).astype(np.float64),
-                 inst.transfer.astype(np.float64), bounds, dst_sorted, indeg,
-                 order if placed == n_nodes else None)
+                 inst.transfer.astype(np.float64), bounds, dst_sorted, indeg, *topo)
 
 
 def _kahn(bounds: I64, dst_sorted: I64, indeg: I64, ready: F64, dur: F64, end: F64) -> int:
@@ -336,23 +365,21 @@ def _kahn(bounds: I64, dst_sorted: I64, indeg: I64, ready: F64, dur: F64, end: F
     return broken
 
 
-def _sweep(order: I64, bounds: I64, dst_sorted: I64, ready: F64, dur: F64, it_node: I64,
-           it_end: F64) -> None:
-    """Longest-path replay along a precomputed topological order; ``it_end`` gets each
+def _sweep(bounds: I64, dst: I64, ready: F64, dur: F64, it_node: I64, it_end: F64) -> None:
+    """Longest-path replay of a graph numbered in topological order; ``it_end`` gets each
     iteration's last end (NaN-propagating, as ``np.maximum`` is).
 
     In an acyclic graph a node's end is ``max(its start, predecessors' ends) + dur`` in any
     topological order (max is exact), so this equals :func:`_kahn` bit for bit.
     """
-    for i in range(order.shape[0]):
-        v = order[i]
+    for v in range(ready.shape[0]):
         e = ready[v] + dur[v]
         it = it_node[v]
         cur = it_end[it]
         if cur == cur and not (e <= cur):
             it_end[it] = e
         for k in range(bounds[v], bounds[v + 1]):
-            w = dst_sorted[k]
+            w = dst[k]
             if e > ready[w]:
                 ready[w] = e
 
@@ -391,14 +418,15 @@ def replay(graph: Graph, dur_chain: F64 | None = None, dur_inst: F64 | None = No
     n = graph.n_nodes
     dur = np.concatenate([graph.dur_chain if dur_chain is None else dur_chain,
                           graph.dur_inst if dur_inst is None else dur_inst]).astype(np.float64)
-    ready = graph.it_start[graph.it_node].astype(np.float64) if n else np.zeros(0)
     n_i = graph.it_start.size
     it_end = np.full(n_i, -np.inf)
     broken = 0
-    if graph.bounds is not None and graph.dst_sorted is not None and graph.order is not None:
-        _jit(_sweep)(graph.order, graph.bounds, graph.dst_sorted, ready, dur, graph.it_node,
-                     it_end)
+    if (graph.order is not None and graph.topo_bounds is not None
+            and graph.topo_dst is not None and graph.topo_it is not None):
+        _jit(_sweep)(graph.topo_bounds, graph.topo_dst, graph.it_start[graph.topo_it],
+                     dur[graph.order], graph.topo_it, it_end)
     else:
+        ready = graph.it_start[graph.it_node].astype(np.float64) if n else np.zeros(0)
         if graph.bounds is None or graph.dst_sorted is None or graph.indeg is None:
             o = np.argsort(graph.src, kind="stable")
             bounds = np.searchsorted(graph.src[o], np.arange(n + 1)).astype(np.int64)
