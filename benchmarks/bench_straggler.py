@@ -33,18 +33,23 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import platform
+import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
+import fabricscope.straggler.analysis as straggler_analysis_mod
 from fabricscope.fabric.builders import rail_optimized_fabric
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.sim.faults import Fault
+from fabricscope.straggler import replay as current_replay
 from fabricscope.straggler.analysis import analyze
 from fabricscope.straggler.devices import rank_devices
 from fabricscope.straggler.readers.bytedance import parse_bytedance
@@ -291,7 +296,49 @@ def summarize(rows: list[dict[str, object]]) -> dict[str, object]:
     }
 
 
-def speed(sizes: list[int]) -> list[dict[str, object]]:
+def _load_replay(path: Path) -> ModuleType:
+    """A replay module from a file (e.g. an older commit's ``replay.py``), for A/B timing."""
+    spec = importlib.util.spec_from_file_location("replay_ref", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"error: {path}: not a Python module")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["replay_ref"] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def replay_ab(table: OpTable, devices: object, ref: Path, runs: int = 3) -> dict[str, object]:
+    """analyze() with the replay module in ``ref`` and with the current one, interleaved in
+    this process (same load on a shared machine); the reports must be identical."""
+    mods = {"reference": _load_replay(ref), "current": current_replay}
+    names = ("build_graph", "replay", "ideal_durations")
+    times: dict[str, list[float]] = {k: [] for k in mods}
+    reports: dict[str, str] = {}
+    try:
+        for i in range(runs + 1):  # the first round compiles the numba kernels
+            for k, mod in mods.items():
+                for n in names:
+                    setattr(straggler_analysis_mod, n, getattr(mod, n))
+                a = time.perf_counter()
+                rep = analyze(table, devices=devices)  # type: ignore[arg-type]
+                if i:
+                    times[k].append(round(time.perf_counter() - a, 2))
+                reports[k] = json.dumps(rep.to_json(), sort_keys=True)
+    finally:
+        for n in names:
+            setattr(straggler_analysis_mod, n, getattr(mods["current"], n))
+    best = {k: min(v) for k, v in times.items()}
+    res = {"reference": str(ref), "runs_s": times, "best_s": best,
+           "ratio_reference_over_current": round(best["reference"] / best["current"], 2),
+           "reports_identical": reports["reference"] == reports["current"]}
+    print(f"  replay A/B: reference {best['reference']:.2f} s (runs {times['reference']}), "
+          f"current {best['current']:.2f} s (runs {times['current']}): "
+          f"x{res['ratio_reference_over_current']}, reports identical "
+          f"{res['reports_identical']}", flush=True)
+    return res
+
+
+def speed(sizes: list[int], replay_ref: Path | None = None) -> list[dict[str, object]]:
     out = []
     for ranks in sizes:
         tp, pp = 8, 16
@@ -325,6 +372,8 @@ def speed(sizes: list[int]) -> list[dict[str, object]]:
         print(f"  speed: {job.world_size:6d} ranks, {len(table):>9,} ops: analyze "
               f"{min(times):6.2f} s (runs {', '.join(f'{t:.2f}' for t in times)}), "
               f"found {out[-1]['found']} (injected {nic})", flush=True)
+        if replay_ref is not None:
+            out[-1]["replay_ab"] = replay_ab(table, devices, replay_ref)
     return out
 
 
@@ -337,10 +386,11 @@ def speed_only(args: argparse.Namespace) -> None:
     """The speed part alone: analyze() on the 20-iteration DP x TP8 x PP16 job."""
     sizes = args.sizes or [8192]
     print("speed (analyze only, this machine):")
-    sp = speed(sizes)
+    sp = speed(sizes, args.replay_ref)
     doc = {"machine": _machine(),
            "command": "python benchmarks/bench_straggler.py --only speed --sizes "
-                      + ",".join(str(n) for n in sizes),
+                      + ",".join(str(n) for n in sizes)
+                      + (f" --replay-ref {args.replay_ref}" if args.replay_ref else ""),
            "speed": sp, "targets": {"8192_ranks_20_iterations_s": "< 10"}}
     out = args.out or SPEED_OUT
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -362,6 +412,10 @@ def main() -> None:
                     help="run only this part (speed: analyze() wall time vs ranks)")
     ap.add_argument("--sizes", type=lambda v: [int(x) for x in v.split(",")], default=None,
                     help="comma-separated rank counts for the speed part")
+    ap.add_argument("--replay-ref", type=Path, default=None,
+                    help="with --only speed: also time analyze() with this replay.py (e.g. "
+                         "`git show 0479e7e:src/fabricscope/straggler/replay.py`), "
+                         "interleaved with the current one")
     args = ap.parse_args()
     if args.only == "speed":
         speed_only(args)
