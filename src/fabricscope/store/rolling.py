@@ -187,6 +187,19 @@ class RollingTelemetryStore:
             self._part_rows += len(findings)
             self.maybe_roll()
 
+    def write_batch(self, events: Sequence[TelemetryEvent], findings: Sequence[Finding]) -> None:
+        """Events and findings of one batch in one transaction of the open partition."""
+        from fabricscope.store.telemetry import insert_batch
+
+        if not events and not findings:
+            return
+        table = self.events_table(events) if events else None
+        insert_batch(self._current(), str(self.path), table, findings)
+        n = table.num_rows if table is not None else 0
+        self.rows += n
+        self._part_rows += n + len(findings)
+        self.maybe_roll()
+
     def maybe_roll(self) -> None:
         if self._con is not None and self.clock() - self._part_t0 >= self.roll_interval_s:
             self.roll()

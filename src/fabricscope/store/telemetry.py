@@ -6,6 +6,7 @@ row), which is what keeps the store off the critical path at >100k events/s.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from operator import attrgetter
@@ -125,6 +126,31 @@ def insert_findings(con: duckdb.DuckDBPyConnection, path: str, findings: Sequenc
         raise TransportError(f"duckdb {path}: insert failed: {exc}") from exc
 
 
+def insert_batch(con: duckdb.DuckDBPyConnection, path: str, table: pa.Table | None,
+                 findings: Sequence[Finding]) -> None:
+    """Insert one batch's events and findings in ONE transaction: all or nothing.
+
+    A sink that fails mid-batch is retried with the whole batch; two separate inserts would
+    store the events twice when only the findings insert had failed.
+    """
+    try:
+        con.execute("BEGIN TRANSACTION")
+    except duckdb.Error as exc:
+        raise TransportError(f"duckdb {path}: cannot begin a transaction: {exc}") from exc
+    try:
+        if table is not None and table.num_rows:
+            insert_table(con, path, table)
+        if findings:
+            insert_findings(con, path, findings)
+        con.execute("COMMIT")
+    except BaseException as exc:
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
+        if isinstance(exc, duckdb.Error):
+            raise TransportError(f"duckdb {path}: commit failed: {exc}") from exc
+        raise
+
+
 FINDINGS_SQL = "SELECT kind, subject, score, start_ns, end_ns, evidence, action, details FROM findings"
 
 
@@ -175,6 +201,12 @@ class TelemetryStore:
     def write_findings(self, findings: Sequence[Finding]) -> None:
         if findings:
             insert_findings(self.con, self.path, findings)
+
+    def write_batch(self, events: Sequence[TelemetryEvent], findings: Sequence[Finding]) -> None:
+        """Events and findings of one batch, all or nothing (see :func:`insert_batch`)."""
+        table = self.events_table(events) if events else None
+        insert_batch(self.con, self.path, table, findings)
+        self.rows += table.num_rows if table is not None else 0
 
     def count(self, table: str = "telemetry") -> int:
         if table not in ("telemetry", "findings"):

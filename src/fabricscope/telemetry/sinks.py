@@ -8,7 +8,9 @@ nothing). The Prometheus exposition and its bounded HTTP server live in
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -70,8 +72,8 @@ class DuckDBSink:
             self.store = TelemetryStore(path)
 
     def write(self, events: Sequence[TelemetryEvent], findings: Sequence[Finding]) -> None:
-        self.store.write_events(events)
-        self.store.write_findings(findings)
+        # One transaction: a retried batch is never stored twice.
+        self.store.write_batch(events, findings)
 
     def close(self) -> None:
         self.store.close()
@@ -85,8 +87,12 @@ class JsonLinesSink:
             # open(2) would write into file descriptor 2
             raise ConfigError(f"jsonl sink: path: expected a file path (a string), got {type(path).__name__}")
         self._own = path != "-"
+        self._fd = -1
         try:
-            self._fh: IO[str] = open(path, "a", encoding="utf-8") if self._own else sys.stdout  # noqa: SIM115
+            if self._own:
+                # Unbuffered O_APPEND: a failed batch is cut back off the file (see write).
+                self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._fh: IO[str] = sys.stdout
         except OSError as exc:
             raise ConfigError(f"jsonl sink: path: cannot open {path!r}: {exc.strerror}") from exc
 
@@ -95,16 +101,33 @@ class JsonLinesSink:
                              "value": e.value}) for e in events]
         lines += [json.dumps({"finding": f.kind, "subject": f.subject, "score": f.score, "window": list(f.window),
                               "evidence": list(f.evidence), "action": f.action}) for f in findings]
-        if lines:
+        if not lines:
+            return
+        text = "\n".join(lines) + "\n"
+        if not self._own:
             try:
-                self._fh.write("\n".join(lines) + "\n")
+                self._fh.write(text)
                 self._fh.flush()
             except OSError as exc:
                 raise TransportError(f"jsonl sink: write failed: {exc}") from exc
+            return
+        data = memoryview(text.encode())
+        start = os.fstat(self._fd).st_size
+        try:
+            while data:
+                n = os.write(self._fd, data)
+                data = data[n:]
+        except OSError as exc:
+            # All or nothing: the retry writes the whole batch again, so the part that did
+            # reach the file must go (else those lines would be stored twice).
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, start)
+            raise TransportError(f"jsonl sink: write failed: {exc}") from exc
 
     def close(self) -> None:
-        if self._own:
-            self._fh.close()
+        if self._own and self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 class PrometheusSink:
