@@ -551,10 +551,13 @@ def localize_map(
             cset = (*cset, *((j, 0.0) for j in extra))
         mass = sum(w for _, w in cset)
         cands = tuple(Candidate(j, *model.component_name(j), w) for j, w in cset)
-        if fractional:
+        if fractional and cands[0].component != comp:
             # Name the most probable member (it may not be the one the search picked) and
-            # its latent-path drop rate.
+            # its latent-path drop rate; its evidence is the flows that cross IT, not the
+            # flows of the component the search had picked.
             comp = cands[0].component
+            contrib = np.asarray(X[:, comp].todense()).ravel() * p[i]
+        if fractional:
             loss_i = float(rate[comp])
         kind, subject = model.component_name(comp)
         explained = float(np.sum(lL * contrib / lam))
