@@ -300,7 +300,6 @@ def test_frozen_target_is_marked_stale_reconnected_and_loses_nothing(lab) -> Non
     a.pause()
     time.sleep(0.3)
     a.proc.send_signal(signal.SIGSTOP)  # frozen: TCP stays open, nothing answers
-    t_frozen = time.monotonic()
     time.sleep(4.0)
     a.proc.send_signal(signal.SIGCONT)
     time.sleep(0.5)
@@ -310,7 +309,6 @@ def test_frozen_target_is_marked_stale_reconnected_and_loses_nothing(lab) -> Non
     a.pause()
     time.sleep(0.5)
     assert col.terminate() == 143, col.err
-    assert time.monotonic() - t_frozen > 4
     sent = a.counts()[0]
     stored, dup, marks = _stored(tmp / "telemetry.duckdb")
     assert dup == 0 and stored == sent, (stored, sent)

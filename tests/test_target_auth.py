@@ -291,3 +291,12 @@ def test_faults_injected_while_serving_via_fault_file_and_sighup(tmp_path: Path)
     finally:
         if p.poll() is None:
             p.kill()
+
+
+def test_non_ascii_credentials_are_compared_not_refused() -> None:
+    # hmac.compare_digest raises TypeError on non-ASCII str: every RPC would have failed.
+    c = Credentials("opérateur", "pässwörd-✓")
+    assert c.check({"username": "opérateur", "password": "pässwörd-✓"})
+    assert not c.check({"username": "opérateur", "password": "passwörd-✓"})
+    assert not c.check({"username": "operateur", "password": "pässwörd-✓"})
+    assert not c.check({})

@@ -41,6 +41,7 @@ def register(gnmi: typer.Typer) -> None:
     ) -> None:
         import csv
         import json
+        import math
         import sys
 
         import duckdb
@@ -48,6 +49,8 @@ def register(gnmi: typer.Typer) -> None:
         from fabricscope.model.errors import ConfigError
         from fabricscope.store.telemetry import open_readonly
 
+        if not math.isfinite(wait):
+            raise ConfigError(f"--wait: expected a finite number of seconds, got {wait}")
         if fmt not in ("table", "csv", "jsonl"):
             raise ConfigError(f"--format: expected table|csv|jsonl, got {fmt!r}")
         con = open_readonly(db, wait_s=wait)
@@ -67,7 +70,9 @@ def register(gnmi: typer.Typer) -> None:
             w.writerows(rows)
         elif fmt == "jsonl":
             for r in rows:
-                typer.echo(json.dumps(dict(zip(cols, r, strict=True)), default=str))
+                row = {c: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                       for c, v in zip(cols, r, strict=True)}  # strict JSON: null, not NaN
+                typer.echo(json.dumps(row, default=str, allow_nan=False))
         else:
             from rich.console import Console
             from rich.table import Table

@@ -237,8 +237,9 @@ class RollingTelemetryStore:
                 self.folds += 1
             else:
                 self.fold_skipped += 1
-        except TransportError as exc:
+        except (TransportError, OSError, duckdb.Error) as exc:
             # the partitions stay where they are, readable; the next roll (or start) retries
+            # (a background thread: an uncaught error would be a traceback nobody handles)
             self.fold_errors += 1
             self.last_fold_error = str(exc)
             log.warning("%s; partitions kept, retried at the next roll", exc)

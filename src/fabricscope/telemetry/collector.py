@@ -162,7 +162,11 @@ def auth_metadata(cfg: CollectorConfig, t: TargetConfig) -> tuple[tuple[str, str
         if pw is None:
             raise ConfigError(f"{cfg.source}: targets.{t.name}.password-env: "
                               f"environment variable {t.password_env!r} is not set")
-    return (("username", t.username), ("password", pw or ""))
+    if not pw:
+        # The target refuses an empty password; sending "" would only fail at connect.
+        src = f"environment variable {t.password_env!r}" if t.password_env else "password"
+        raise ConfigError(f"{cfg.source}: targets.{t.name}: {src} is empty (user {t.username!r})")
+    return (("username", t.username), ("password", pw))
 
 
 def spill_path(cfg: CollectorConfig) -> Path | None:

@@ -95,9 +95,11 @@ class Credentials:
             raise ConfigError(f"gnmi target: credentials: password for user {self.username!r}: must not be empty")
 
     def check(self, md: dict[str, str]) -> bool:
-        return hmac.compare_digest(md.get("username", ""), self.username) and hmac.compare_digest(
-            md.get("password", ""), self.password
-        )
+        # Bytes, not str: compare_digest refuses non-ASCII str (a UTF-8 password would fail
+        # every RPC); both compared always, so the time says nothing about which was wrong.
+        user_ok = hmac.compare_digest(md.get("username", "").encode(), self.username.encode())
+        pw_ok = hmac.compare_digest(md.get("password", "").encode(), self.password.encode())
+        return user_ok and pw_ok
 
 
 @dataclass(frozen=True)
