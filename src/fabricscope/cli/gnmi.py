@@ -24,8 +24,8 @@ Examples:
   fabricscope gnmi serve-twin --topo leaf-spine:leaves=4,hosts_per_leaf=4,spines=2
 
   fabricscope gnmi serve-twin --topo rail-optimized:servers=16 --address 127.0.0.1:9339 \\
-      --fault "micro-burst leaf-000:eth3 start=10s end=10.005s depth_bytes=3e6" \\
-      --fault "link-flap leaf-001:eth5|spine-00:eth2 start=20s end=40s period_ns=2e9"
+      --fault "micro-burst leaf-p0-r0-00:eth3 start=10s end=10.005s depth_bytes=3e6" \\
+      --fault "link-flap leaf-p0-r0-00:eth17|spine-p0-00:eth1 start=20s end=40s period_ns=2e9"
 
   FABRICSCOPE_GNMI_PASSWORD=s3cret fabricscope gnmi serve-twin --inventory fabric.yaml \\
       --username admin --password-env FABRICSCOPE_GNMI_PASSWORD --tls-cert cert.pem --tls-key key.pem
@@ -434,10 +434,12 @@ def register(app: typer.Typer) -> None:
                 keys = ",".join(f"{k}={v}" for k, v in e.tags.items())
                 typer.echo(f"{e.ts_ns} {e.target} {e.name}[{keys}] = {e.value}")
 
-        with contextlib.suppress(KeyboardInterrupt):
+        try:
             asyncio.run(gnmi_subscribe(
                 address, target, paths, on_events=show, mode=mode, stream_mode=stream_mode,
                 interval_ns=parse_duration_ns(interval, "--interval"),
                 heartbeat_ns=parse_duration_ns(heartbeat, "--heartbeat"), updates_only=updates_only,
                 suppress_redundant=suppress_redundant, encoding=encoding, username=username,
                 password=pw, tls_ca=tls_ca, server_name=server_name, duration_s=duration))
+        except KeyboardInterrupt:  # Ctrl-C: the stream ends as the user asked, exit 130
+            raise typer.Exit(130) from None

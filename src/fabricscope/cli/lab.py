@@ -59,9 +59,13 @@ Needs root (raw sockets).
 
 Examples:
 
-  ip netns exec fslhost0000 fabricscope lab trace --self host0000 --out /tmp/p0.json
+  fabricscope lab up --prefix tr --leaves 2 --spines 2 --hosts-per-leaf 1
 
-  ip netns exec fslhost0000 fabricscope lab trace -i /tmp/fabricscope-lab-fsl/inventory.json --addresses /tmp/fabricscope-lab-fsl/ports.json --out /tmp/p0.json
+  ip netns exec trhost0000 fabricscope lab trace --prefix tr --self host0000 --out /tmp/p0.json
+
+  ip netns exec trhost0000 fabricscope lab trace -i /tmp/fabricscope-lab-tr/inventory.json --addresses /tmp/fabricscope-lab-tr/ports.json --out /tmp/p0.json
+
+  fabricscope lab down --prefix tr
 """
 
 
