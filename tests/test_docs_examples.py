@@ -271,6 +271,11 @@ def test_every_example_is_listed_or_run() -> None:
     assert any(s.startswith("help: ") for s in SESSIONS)
 
 
+def _exec(cmd: str) -> str:
+    """``exec`` the command (so a signal reaches it, not a shell); env assignments via env."""
+    return f"exec env {cmd}" if re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", cmd) else f"exec {cmd}"
+
+
 def _stop_server(p: subprocess.Popen[str], failures: list[str]) -> None:
     p.send_signal(signal.SIGTERM)
     try:
@@ -285,7 +290,7 @@ def _stop_server(p: subprocess.Popen[str], failures: list[str]) -> None:
 
 def _run_stream(cmd: str, work: Path, env: dict[str, str]) -> str | None:
     """Run a streaming command for 6 s, then Ctrl-C; None when it behaved, else why not."""
-    p = subprocess.Popen(["bash", "-c", f"exec {cmd}"], cwd=work, env=env,
+    p = subprocess.Popen(["bash", "-c", _exec(cmd)], cwd=work, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = p.communicate(timeout=6)
@@ -317,7 +322,7 @@ def test_examples_run(source: str, tmp_path: Path) -> None:
         nonlocal server
         if server is not None:  # one port, one server: the next example replaces it
             _stop_server(server, failures)
-        server = subprocess.Popen(["bash", "-c", f"exec {cmd}"], cwd=work, env=env,
+        server = subprocess.Popen(["bash", "-c", _exec(cmd)], cwd=work, env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         _wait_port(_port_of(cmd), server)
         return server
