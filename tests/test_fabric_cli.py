@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_inprocess import run_main
 from fabricscope.fabric.io import read_fabric
 
 
@@ -36,18 +37,7 @@ def test_build_then_show(
     assert code == 0 and "bisection" in stdout and "oversubscription leaf" in stdout
 
 
-def _main(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str, str]:
-    """The console entry point in-process (a subprocess costs seconds on a busy machine)."""
-    from fabricscope.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["fabricscope", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+_main = run_main
 
 
 def test_bad_input_is_one_line_exit_2(

@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
+from cli_inprocess import run_main
+
 _SMALL = ("--topo", "leaf-spine:leaves=2,hosts_per_leaf=2,spines=2", "--workload", "permutation:size=1MB")
 
 
-def _main(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str, str]:
-    """The console entry point in-process (a subprocess costs seconds on a busy machine)."""
-    from fabricscope.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["fabricscope", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+_main = run_main
 
 
 def _one_error_line(code: int, err: str, needle: str) -> None:

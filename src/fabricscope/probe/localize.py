@@ -264,18 +264,26 @@ class _System:
     row_flow: I64  # the flow (index into counts.flows) of each row
 
 
-def _system(model: PathModel, counts: LossCounts, loss_per_hop: float) -> _System:
-    """The lossy rows of the stacked system and, over every row, ``D = X^T 1``."""
-    rows = model.rows(counts.flows)
-    AF, AR = model.matrices
-    hF, hR = model.hops_one_way()
+def _row_split(counts: LossCounts) -> tuple[F64, F64, F64, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """(sent, lost, lost requests, flows whose loss direction is known, flows where it is not).
+
+    A flow's losses split into request and reply directions only when the responder counted
+    the requests it saw (``lost_req``) and no loss is of unknown direction.
+    """
     sent = counts.sent.astype(np.float64)
     lost = counts.lost.astype(np.float64)
     lreq = counts.lost_req.astype(np.float64) if counts.lost_req is not None else np.zeros_like(lost)
     lunk = counts.lost_unknown if counts.lost_unknown is not None else counts.lost
     rt = (lunk > 0) | (counts.lost_req is None)
-    d = (sent > 0) & ~rt
-    u = (sent > 0) & rt
+    return sent, lost, lreq, (sent > 0) & ~rt, (sent > 0) & rt
+
+
+def _system(model: PathModel, counts: LossCounts, loss_per_hop: float) -> _System:
+    """The lossy rows of the stacked system and, over every row, ``D = X^T 1``."""
+    rows = model.rows(counts.flows)
+    AF, AR = model.matrices
+    hF, hR = model.hops_one_way()
+    sent, lost, lreq, d, u = _row_split(counts)
     # Probes through each component, over every flow (lossless ones included): one sparse
     # product per direction instead of materializing the whole stacked matrix.
     wF = np.zeros(AF.shape[0])
@@ -306,13 +314,7 @@ def _all_rows(model: PathModel, counts: LossCounts, loss_per_hop: float,
     AF, AR = model.matrices
     hF, hR = model.hops_one_way()
     AFc, ARc = AF[:, cols].tocsr(), AR[:, cols].tocsr()
-    sent = counts.sent.astype(np.float64)
-    lost = counts.lost.astype(np.float64)
-    lreq = counts.lost_req.astype(np.float64) if counts.lost_req is not None else np.zeros_like(lost)
-    lunk = counts.lost_unknown if counts.lost_unknown is not None else counts.lost
-    rt = (lunk > 0) | (counts.lost_req is None)
-    d = (sent > 0) & ~rt
-    u = (sent > 0) & rt
+    sent, lost, lreq, d, u = _row_split(counts)
     W = vstack([AFc[rows[d]], ARc[rows[d]], AFc[rows[u]] + ARc[rows[u]]]).tocsr()
     n = np.r_[sent[d], sent[d] - lreq[d], sent[u]]
     lo = np.r_[lreq[d], lost[d] - lreq[d], lost[u]]
