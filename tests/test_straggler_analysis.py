@@ -14,7 +14,6 @@ from fabricscope.straggler.analysis import analyze
 from fabricscope.straggler.devices import rank_devices
 from fabricscope.straggler.iterations import change_points
 from fabricscope.straggler.posterior import interval_llr
-from fabricscope.straggler.table import OpTable, from_columns
 from fabricscope.twin.tracegen import (
     TRACE_T0_NS,
     TwinJob,
@@ -22,13 +21,7 @@ from fabricscope.twin.tracegen import (
     generate_trace,
     nominal_iteration_ns,
 )
-
-
-def to_table(tr: TwinTrace) -> OpTable:
-    return from_columns(job=tr.job, rank=tr.rank, iteration=tr.iteration, op=tr.op,
-                        group=tr.group, seq=tr.seq, start=tr.start, end=tr.end,
-                        nbytes=tr.nbytes, stage=tr.stage, mb=tr.mb, op_names=tr.op_names,
-                        groups=tr.groups)
+from twin_tables import to_table
 
 
 @pytest.fixture(scope="module")

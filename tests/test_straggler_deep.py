@@ -17,7 +17,7 @@ from fabricscope.straggler.devices import rank_devices
 from fabricscope.straggler.instances import match_instances
 from fabricscope.straggler.readers.bytedance import parse_bytedance
 from fabricscope.straggler.replay import build_graph, replay
-from fabricscope.straggler.table import OpTable, TableBuilder, from_columns
+from fabricscope.straggler.table import TableBuilder
 from fabricscope.twin.tracegen import (
     TRACE_T0_NS,
     TwinJob,
@@ -28,13 +28,7 @@ from fabricscope.twin.tracegen import (
     generate_trace,
     nominal_iteration_ns,
 )
-
-
-def to_table(tr: TwinTrace) -> OpTable:
-    return from_columns(job=tr.job, rank=tr.rank, iteration=tr.iteration, op=tr.op,
-                        group=tr.group, seq=tr.seq, start=tr.start, end=tr.end,
-                        nbytes=tr.nbytes, stage=tr.stage, mb=tr.mb, op_names=tr.op_names,
-                        groups=tr.groups)
+from twin_tables import to_table
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,9 @@ from fabricscope.straggler.replay import (
     ideal_durations,
     replay,
 )
-from fabricscope.straggler.table import COLLECTIVE, P2P, OpTable, TableBuilder, from_columns
-from fabricscope.twin.tracegen import TwinJob, TwinTrace, bytedance_parquet, generate_trace
+from fabricscope.straggler.table import COLLECTIVE, P2P, OpTable, TableBuilder
+from fabricscope.twin.tracegen import TwinJob, bytedance_parquet, generate_trace
+from twin_tables import to_table
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -116,11 +117,7 @@ def _reference_replay(g: Graph, dc: F64 | None, di: F64 | None) -> tuple[F64, in
     return np.maximum(out, 0.0), broken
 
 
-def _to_table(tr: TwinTrace) -> OpTable:
-    return from_columns(job=tr.job, rank=tr.rank, iteration=tr.iteration, op=tr.op,
-                        group=tr.group, seq=tr.seq, start=tr.start, end=tr.end,
-                        nbytes=tr.nbytes, stage=tr.stage, mb=tr.mb, op_names=tr.op_names,
-                        groups=tr.groups)
+_to_table = to_table
 
 
 def _assert_same(table: OpTable, eps_ns: int = 2_000, *, acyclic: bool = True) -> None:
