@@ -53,6 +53,7 @@ from fabricscope.telemetry.selfmetrics import (
     STALE,
     STOPPED,
     StreamState,
+    write_sinks,
 )
 from fabricscope.telemetry.sinks import Sink, build_sink
 from fabricscope.telemetry.spill import SpillBatch, append_spill, read_spill, rewrite_spill
@@ -525,19 +526,7 @@ class Collector:
     def _write_some(self, pending: list[int], events: list[TelemetryEvent],
                     findings: list[Finding]) -> tuple[list[int], str]:
         """Write to the sinks at ``pending``; (those that failed, the first error)."""
-        failed: list[int] = []
-        first = ""
-        for i in pending:
-            t0 = time.perf_counter()
-            try:
-                self.sinks[i].write(events, findings)
-            except Exception as exc:  # any sink failure is retried, never fatal
-                failed.append(i)
-                first = first or (str(exc) if isinstance(exc, TransportError) else f"{type(exc).__name__}: {exc}")
-                self._sink_timing.errors += 1
-                continue
-            self._sink_timing.record(time.perf_counter() - t0)
-        return failed, first
+        return write_sinks(pending, lambda i: self.sinks[i].write(events, findings), self._sink_timing)
 
     def _spill(self, batches: list[SpillBatch]) -> None:
         n = sum(len(b.events) for b in batches)

@@ -9,9 +9,12 @@ collector logs :func:`summary_line` of it every ``stats-interval``. Clocks come 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from fabricscope.model.errors import TransportError
 
 __all__ = ["RateLimitedLog", "SinkTiming", "StreamState", "metric_samples", "snapshot", "summary_line"]
 
@@ -48,6 +51,27 @@ class SinkTiming:
         self.total_s += seconds
         self.last_s = seconds
         self.max_s = max(self.max_s, seconds)
+
+
+def write_sinks(indices: Iterable[int], write: Callable[[int], None],
+                timing: SinkTiming) -> tuple[list[int], str]:
+    """Call ``write(i)`` for each sink index, timing each; (indices that failed, first error).
+
+    Any sink failure is retried by the caller, never fatal: one error message is kept.
+    """
+    failed: list[int] = []
+    first = ""
+    for i in indices:
+        t0 = time.perf_counter()
+        try:
+            write(i)
+        except Exception as exc:  # any sink failure is retried, never fatal
+            failed.append(i)
+            first = first or (str(exc) if isinstance(exc, TransportError) else f"{type(exc).__name__}: {exc}")
+            timing.errors += 1
+            continue
+        timing.record(time.perf_counter() - t0)
+    return failed, first
 
 
 def snapshot(

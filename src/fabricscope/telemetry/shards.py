@@ -279,18 +279,7 @@ class ShardedCollector:
             if self._past_deadline():
                 self._spill(todo, table, findings)
                 return False
-            failed: list[int] = []
-            err = ""
-            for i in todo:
-                t0 = time.perf_counter()
-                try:
-                    self._write_one(i, table, findings)
-                except Exception as exc:  # any sink failure is retried, never fatal
-                    failed.append(i)
-                    err = err or (str(exc) if isinstance(exc, TransportError) else f"{type(exc).__name__}: {exc}")
-                    self._timing.errors += 1
-                    continue
-                self._timing.record(time.perf_counter() - t0)
+            failed, err = selfmetrics.write_sinks(todo, lambda i: self._write_one(i, table, findings), self._timing)
             if not failed:
                 break
             todo = failed
