@@ -366,6 +366,9 @@ def analyze(
             sp_idx = np.flatnonzero(cross & network)
             sp_bits = ((above[sp_idx, None] >> np.arange(len(spine_names))) & 1).astype(bool)
         else:
+            if spine_names:  # said, not silent: the fabric has more spines than the mask holds
+                warns.append(f"{len(spine_names)} spine switches above the job's leaves: more than "
+                             "63, so spines are not considered as candidates in this analysis")
             spine_names = []
     n_spine = len(spine_names)
     sp_fast = np.zeros((n_spine, n_i))
