@@ -35,7 +35,7 @@ EXPECTED_KINDS: dict[str, tuple[str, ...]] = {
     "congestion": ("micro-burst", "queue-buildup"),
     "gray-loss": ("error-counter-increase",),
     "link-flap": ("link-flap",),
-    "link-down": ("link-flap",),
+    "link-down": ("link-down", "link-flap"),
     "pfc-storm": ("pause-storm",),
 }
 

@@ -238,9 +238,14 @@ class ErrorIncreaseDetector(_CounterDetector):
                               {"counter": leaf, "increase": delta}, min(1.0, 0.6 + 0.1 * delta / self.min_increase))
 
 
+_DOWN = frozenset({"DOWN", "LOWER_LAYER_DOWN", "NOT_PRESENT", "DORMANT", "down", "2"})
+
+
 class FlapDetector(_EpisodeDetector):
     """Oper-status flaps: >= ``min_transitions`` changes within ``window_ns`` (from the
-    oper-status leaf or the carrier-transitions counter)."""
+    oper-status leaf or the carrier-transitions counter); and every transition of the
+    oper-status leaf to a down state as a ``link-down`` finding (once per down episode: a link
+    that goes down and stays down makes one transition, never a flap)."""
 
     kind = "link-flap"
     action = "flapping link: check the optic and cable, consider draining the link"
@@ -269,6 +274,11 @@ class FlapDetector(_EpisodeDetector):
                 self._state[subject] = str(e.value)
                 if prev is not None and prev != str(e.value):
                     n_new = 1
+                    if str(e.value) in _DOWN and prev not in _DOWN:
+                        out.append(Finding("link-down", subject, 0.9, (e.ts_ns, e.ts_ns),
+                                           (f"oper-status {prev} -> {e.value}",),
+                                           "link down: check the optic / cable; confirm traffic "
+                                           "rerouted", {"from": prev, "to": str(e.value)}))
             elif leaf == "carrier-transitions":
                 v = _num(e.value)
                 d = self._ctr.delta((e.target, subject, e.name), e.ts_ns, v) if v is not None else None

@@ -1,0 +1,222 @@
+"""The straggler analysis as an instrument of the closed loop: twin training traces -> localizer.
+
+A DP x TP x PP training job runs on the first GPUs of the fabric (the twin's trace generator,
+:func:`~fabricscope.twin.tracegen.generate_trace`); every ``every_iterations`` completed
+iterations the production straggler analysis (:func:`~fabricscope.straggler.analysis.analyze`,
+Holmes-style MAP ranking with a what-if replay) runs on the last ``window_iterations`` of them.
+The twin may not import the straggler capability, so the trace -> operator table conversion
+is here. Design, causality and costs: ``docs/design/diagnosis-instruments-probe-straggler.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import replace
+
+import numpy as np
+
+from fabricscope.diagnosis.model import Observed
+from fabricscope.fabric.inventory import Fabric
+from fabricscope.model.errors import ConfigError
+from fabricscope.model.records import Finding
+from fabricscope.service.instruments import ScenarioSpec
+from fabricscope.sim.faults import Fault
+from fabricscope.sim.workload.placement import Placement, place_ranks
+from fabricscope.straggler.analysis import Options, analyze
+from fabricscope.straggler.devices import DeviceMap, rank_devices
+from fabricscope.straggler.table import OpTable, from_columns
+from fabricscope.twin.tracegen import (
+    TRACE_T0_NS,
+    TwinJob,
+    TwinTrace,
+    generate_trace,
+    nominal_iteration_ns,
+)
+
+#: Fault kinds the trace generator turns into slower operators (others are ignored).
+STRAGGLER_FAULT_KINDS = ("slow-gpu", "slow-nic", "link-degraded", "congestion", "switch-fault")
+_STAGE = re.compile(r"pipeline stage (\d+)$")
+
+
+def trace_table(tr: TwinTrace) -> OpTable:
+    """The operator table of a twin trace, column for column (what a reader would build)."""
+    return from_columns(job=tr.job, rank=tr.rank, iteration=tr.iteration, op=tr.op,
+                        group=tr.group, seq=tr.seq, start=tr.start, end=tr.end,
+                        nbytes=tr.nbytes, stage=tr.stage, mb=tr.mb, op_names=tr.op_names,
+                        groups=tr.groups)
+
+
+def default_job(fabric: Fabric, duration_s: float) -> TwinJob:
+    """A DP x TP2 x PP4 job on up to 128 GPUs (half the fabric at most), ~1.2 s iterations.
+
+    Costs are set so the network matters: 32 GiB of gradients per iteration (a 16B-parameter
+    model in bf16) ring-all-reduced over the DP groups without overlap (~13 % of an iteration
+    on stage 0), 32 MiB activations per micro-batch, 50 / 100 ms forward / backward per
+    micro-batch. In a GPipe iteration stage ``s`` finishes its backward ``s`` backward slots
+    before stage 0, so a slow NIC on a later stage is material only when its slower
+    all-reduce outgrows that slack; with these costs a NIC at 0.4x its rate is on every
+    stage but the last.
+    """
+    gpus = sum(h.gpus for h in fabric.hosts)
+    per_server = fabric.hosts[0].gpus if fabric.hosts else 0
+    if gpus < 1:
+        raise ConfigError(f"straggler instrument: inventory {fabric.name} has no GPUs")
+    tp = 2 if per_server % 2 == 0 else 1
+    world = max(tp, min(128, gpus // 2))
+    pp = 4
+    while pp > 1 and tp * pp * 2 > world:
+        pp //= 2
+    dp = max(1, world // (tp * pp))
+    job = TwinJob(dp=dp, tp=tp, pp=pp, microbatches=4, iterations=1, fwd_ns=50_000_000,
+                  bwd_ns=100_000_000, optimizer_ns=12_500_000, grad_bytes=float(32 << 30))
+    return covering(job, duration_s)
+
+
+def covering(job: TwinJob, duration_s: float) -> TwinJob:
+    """``job`` with enough iterations to run past ``duration_s`` when fault-free."""
+    return replace(job, iterations=math.ceil(duration_s * 1e9 / nominal_iteration_ns(job)) + 2)
+
+
+def _to_trace_time(f: Fault) -> Fault:
+    return replace(f, start_ns=TRACE_T0_NS + f.start_ns,
+                   end_ns=None if f.end_ns is None else TRACE_T0_NS + f.end_ns)
+
+
+def _rank_sets(devices: DeviceMap, world: int) -> dict[str, int]:
+    """How many of the job's ranks each device name touches (GPU, NIC, access link, host,
+    leaf, spine above a leaf)."""
+    sets: dict[str, set[int]] = {}
+    for r in range(world):
+        names = [devices.gpu.get(r), devices.nic.get(r), devices.host.get(r),
+                 devices.nic_link.get(r), devices.leaf.get(r)]
+        leaf = devices.leaf.get(r)
+        if leaf:
+            names.extend(devices.spines_of_leaf.get(leaf, ()))
+        for n in names:
+            if n:
+                sets.setdefault(n, set()).add(r)
+    return {k: len(v) for k, v in sets.items()}
+
+
+class StragglerInstrument:
+    """A training job on the twin, its traces analysed causally as iterations complete.
+
+    Parameters
+    ----------
+    job:
+        The job's shape and costs (default :func:`default_job`); its ``iterations`` are
+        replaced by enough to cover the scenario. Ranks take the fabric's first GPUs.
+    every_iterations:
+        The analysis runs each time this many more iterations have completed.
+    window_iterations:
+        Sliding window: each analysis sees the last ``window_iterations`` completed
+        iterations (a growing window costs O(t) per analysis).
+    comm:
+        ``"alpha-beta"`` (default; NIC-rate model: slow NICs, their access cables, leaf
+        switches) or ``"engine"`` (flow engine, real ECMP paths, ~10x the cost).
+    job_name, options:
+        The job's name in findings; the analysis thresholds.
+    """
+
+    name = "straggler"
+
+    def __init__(self, job: TwinJob | None = None, every_iterations: int = 8,
+                 window_iterations: int = 32, *, comm: str = "alpha-beta",
+                 job_name: str = "twin-train", options: Options | None = None) -> None:
+        if every_iterations < 1 or window_iterations < 2:
+            raise ConfigError(f"straggler instrument: every_iterations must be >= 1 and "
+                              f"window_iterations >= 2, got {every_iterations}, "
+                              f"{window_iterations}")
+        if comm not in ("alpha-beta", "engine"):
+            raise ConfigError(f"straggler instrument: comm must be 'alpha-beta' or 'engine', "
+                              f"got {comm!r}")
+        self.job = job
+        self.every = int(every_iterations)
+        self.window = int(window_iterations)
+        self.comm = comm
+        self.job_name = job_name
+        self.options = options
+
+    def job_for(self, spec: ScenarioSpec) -> TwinJob:
+        """The job this instrument runs on ``spec`` (iterations covering the scenario)."""
+        if self.job is None:
+            return default_job(spec.fabric, spec.duration_s)
+        return covering(self.job, spec.duration_s)
+
+    def placement(self, spec: ScenarioSpec) -> Placement:
+        return place_ranks(spec.fabric, self.job_for(spec).world_size, policy="in-order")
+
+    def job_gpus(self, spec: ScenarioSpec) -> list[str]:
+        """The GPUs (``host/gpuN``) the job uses, rank order (its blast radius)."""
+        p = self.placement(spec)
+        return [f"{p.host(r)}/gpu{p.gpu(r)}" for r in range(p.n_ranks)]
+
+    def job_faults(self, spec: ScenarioSpec) -> list[Fault]:
+        """The scenario's faults the trace generator models, in trace time.
+
+        Slow GPUs and NICs count only when the job uses them; link and switch faults pass
+        (the communication model decides whether they are on the job's paths).
+        """
+        p = self.placement(spec)
+        gpus = set(self.job_gpus(spec))
+        nics = {p.nic(r) for r in range(p.n_ranks)}
+        out = []
+        for f in spec.faults:
+            if f.kind not in STRAGGLER_FAULT_KINDS:
+                continue
+            if (f.kind == "slow-gpu" and f.subject not in gpus) or \
+                    (f.kind == "slow-nic" and f.subject not in nics):
+                continue
+            out.append(_to_trace_time(f))
+        return out
+
+    def run(self, spec: ScenarioSpec) -> list[Observed]:
+        """Play the job for the scenario; every finding of the causal analyses, once.
+
+        The analysis at iteration ``k`` sees iterations ``[k - window, k)`` only and is
+        reported at the end of iteration ``k - 1`` (scenario time); a (kind, subject) is
+        reported the first time an analysis names it, its window start kept from then.
+        Iterations that end after the scenario are never analysed.
+        """
+        job = self.job_for(spec)
+        tr = generate_trace(spec.fabric, job, faults=self.job_faults(spec), comm=self.comm,
+                            seed=spec.seed, name=self.job_name)
+        table = trace_table(tr)
+        devices = rank_devices(spec.fabric, tr.placement)
+        affected = _rank_sets(devices, job.world_size)
+        n_it = int(tr.iteration.max()) + 1 if len(tr) else 0
+        it_end = np.full(n_it, np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(it_end, tr.iteration, tr.end)
+        done = int(np.searchsorted(it_end - TRACE_T0_NS, round(spec.duration_s * 1e9),
+                                   side="right"))
+        reported: set[tuple[str, str]] = set()
+        out: list[Observed] = []
+        for k in range(self.every, done + 1, self.every):
+            lo = max(0, k - self.window)
+            mask = (table.iteration >= lo) & (table.iteration < k)
+            rep = analyze(table.take(mask), devices=devices, options=self.options)
+            t_ns = int(it_end[k - 1]) - TRACE_T0_NS
+            for f in rep.findings:
+                key = (f.kind, f.subject)
+                if key in reported:
+                    continue
+                reported.add(key)
+                out.append(Observed("straggler", self._scenario_finding(f, affected, job), t_ns))
+        return out
+
+    def _scenario_finding(self, f: Finding, affected: dict[str, int], job: TwinJob) -> Finding:
+        details: dict[str, float | int | str] = {**f.details, "job": self.job_name}
+        if "ranks" in details:
+            details["rank_ids"] = details.pop("ranks")
+        n = affected.get(f.subject)
+        stage = _STAGE.match(f.subject)
+        if n is None and stage is not None:
+            n = job.dp * job.tp
+        elif n is None and f.kind == "imbalance":
+            n = job.world_size
+        if n is not None:
+            details["ranks"] = n
+        window = (f.window[0] - TRACE_T0_NS, f.window[1] - TRACE_T0_NS)
+        return replace(f, window=window, details=details)
+

@@ -1,0 +1,332 @@
+"""Telemetry instrument: the twin's switch counters, as the gNMI collector receives them, into the detectors.
+
+One scenario runs on a twin on a simulated clock (counters, queues and oper-status under the
+scenario's faults). Every ``interval_s`` the instrument reads the leaves of the demo's gNMI
+subscription (:mod:`fabricscope.service.demo_telemetry`: SAMPLE for interface / Ethernet
+counters and queue 3, ON_CHANGE for oper-status) and turns them into exactly the
+:class:`~fabricscope.model.records.TelemetryEvent` the collector would produce: the leaf
+paths are the twin's own (:meth:`Twin.leaves`), the names and tags come from
+:func:`~fabricscope.telemetry.paths.schema_name` / :func:`~fabricscope.telemetry.paths.tags_of`
+(what the collector's flattener uses), the target is the switch. No socket is opened.
+
+Only the leaves the detectors read are subscribed (octets and packets change every sample and
+no default detector reads them), and the subscription uses gNMI ``suppress_redundant``
+(gNMI specification section 3.5.1.5.2): a leaf is sent when its value changed since it was
+last sent, or when it has been silent for ``heartbeat_intervals`` samples (the heartbeat
+bounds the silent period). That is what makes a 2,048-GPU twin cheap: at rest only the
+watermark gauges change. See docs/design/diagnosis-instruments-telemetry.md.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from operator import itemgetter
+
+import numpy as np
+import numpy.typing as npt
+
+from fabricscope.diagnosis.model import Observed
+from fabricscope.fabric.inventory import Fabric
+from fabricscope.fabric.routing import Routing
+from fabricscope.model.errors import ConfigError
+from fabricscope.model.records import TelemetryEvent
+from fabricscope.service.instruments import ScenarioSpec
+from fabricscope.sim.clock import SimClock
+from fabricscope.sim.faults import Fault, FaultSchedule
+from fabricscope.telemetry.detectors import DetectorSet, MicroBurstDetector, default_detectors
+from fabricscope.telemetry.paths import GPath, match, parse_path, schema_name, tags_of
+from fabricscope.twin.state import Twin, TwinConfig, background_load
+
+__all__ = [
+    "DETECTOR_LEAVES",
+    "ON_CHANGE_PATHS",
+    "SAMPLE_PATHS",
+    "TWIN_FAULT_KINDS",
+    "TelemetryInstrument",
+    "detector_leaves",
+    "twin_faults",
+]
+
+NS = 1_000_000_000
+
+# Fault kinds the twin's device state models (twin/state.py); the others (slow GPU, CPU-starved
+# host, link delay, ...) belong to other instruments and are left out of this twin.
+TWIN_FAULT_KINDS: frozenset[str] = frozenset({
+    "link-degraded", "gray-loss", "congestion", "link-flap", "link-down", "micro-burst",
+    "pfc-storm", "optic-degrading",
+})
+
+# The demo's subscription (service/demo_telemetry.py).
+SAMPLE_PATHS: tuple[str, ...] = (
+    "/interfaces/interface[name=*]/state/counters",
+    "/interfaces/interface[name=*]/ethernet/state/counters",
+    "/fabricscope/qos/interfaces/interface[interface-id=*]/queues/queue[name=3]/state",
+)
+ON_CHANGE_PATHS: tuple[str, ...] = ("/interfaces/interface[name=*]/state/oper-status",)
+
+# Leaves of that subscription the default detectors read (telemetry/detectors.py): FCS / CRC /
+# error / discard counters (error-counter-increase), carrier-transitions and oper-status
+# (link-flap), MAC pause frames (pause-storm), queue-3 watermark and ECN marks (micro-burst).
+DETECTOR_LEAVES: tuple[str, ...] = (
+    "in-errors", "in-discards", "in-fcs-errors", "out-errors", "out-discards",
+    "carrier-transitions", "in-mac-pause-frames", "out-mac-pause-frames", "in-crc-errors",
+    "watermark-bytes", "ecn-marked-pkts", "oper-status",
+)
+
+_INT, _FLOAT, _STATUS = 0, 1, 2
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+
+
+def twin_faults(faults: Iterable[Fault]) -> FaultSchedule:
+    """The faults the twin models (:data:`TWIN_FAULT_KINDS`), as a schedule; others are dropped."""
+    return FaultSchedule.of(f for f in faults if f.kind in TWIN_FAULT_KINDS)
+
+
+def detector_leaves(detectors: DetectorSet) -> frozenset[str] | None:
+    """Last path elements ``detectors`` read, or None when one of them reads everything.
+
+    The built-in detectors declare the leaves they look at (the same declaration
+    :class:`DetectorSet` filters on); a user's detector without one sees every leaf.
+    """
+    wanted: set[str] = set()
+    for d in detectors.detectors:
+        names = getattr(d, "_names", None)
+        leaves = getattr(names, "wanted", None)
+        if not isinstance(leaves, frozenset):
+            return None
+        wanted |= leaves
+    return frozenset(wanted)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """The subscribed leaves of a fabric's twin, as arrays: what to read and how to name it."""
+
+    groups: tuple[tuple[str, I64, I64, I64], ...]  # (field, plan rows, state index, lane)
+    kinds: I64  # _INT / _FLOAT / _STATUS per plan row
+    on_change: npt.NDArray[np.bool_]
+    targets: tuple[str, ...]
+    names: tuple[str, ...]
+    tags: tuple[Mapping[str, str], ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.names)
+
+    def read(self, twin: Twin) -> F64:
+        """The values the target would serve now (counters truncated to ints, status 1/0)."""
+        out = np.empty(self.size)
+        for fld, rows, idx, lane in self.groups:
+            arr = twin.field(fld)
+            out[rows] = arr[idx, lane] if arr.ndim == 2 else np.trunc(arr[idx])
+        return out
+
+    def events(self, rows: I64, values: F64, ts_ns: int) -> list[TelemetryEvent]:
+        """The events of the leaves ``rows`` (served ``values``) sampled at ``ts_ns``."""
+        vals: list[int | float | str] = values[rows].astype(np.int64).tolist()
+        kinds = self.kinds[rows]
+        for j in np.flatnonzero(kinds != _INT).tolist():  # few: status, optics readings
+            v = float(values[rows[j]])
+            vals[j] = v if kinds[j] == _FLOAT else ("UP" if v > 0 else "DOWN")
+        rs = rows.tolist()
+        if len(rs) < 2:  # itemgetter of one index returns the item, not a 1-tuple
+            return [TelemetryEvent(self.names[r], ts_ns, self.targets[r], self.tags[r], v)
+                    for r, v in zip(rs, vals, strict=True)]
+        pick = itemgetter(*rs)  # C-level gathers: this is most of the instrument's own cost
+        return list(map(TelemetryEvent, pick(self.names), repeat(ts_ns, len(rs)),
+                        pick(self.targets), pick(self.tags), vals))
+
+
+# Plans depend only on the fabric, the twin's lanes / queues and the leaf set: a benchmark
+# running many scenarios on one fabric builds it once. Keyed by the fabric's identity (a
+# Fabric holds dicts and is not hashable); the weak reference tells a recycled id apart.
+_PLANS: dict[tuple[int, int, tuple[str, ...], frozenset[str] | None],
+             tuple[weakref.ref[Fabric], _Plan]] = {}
+_PLANS_MAX = 8
+# Likewise the fabric's routing (its next-hop cache makes every later background_load cheap).
+_ROUTINGS: dict[int, tuple[weakref.ref[Fabric], Routing]] = {}
+
+
+def _routing_for(fab: Fabric) -> Routing:
+    hit = _ROUTINGS.get(id(fab))
+    if hit is not None and hit[0]() is fab:
+        return hit[1]
+    r = Routing(fab)
+    if len(_ROUTINGS) >= _PLANS_MAX:
+        _ROUTINGS.pop(next(iter(_ROUTINGS)))
+    _ROUTINGS[id(fab)] = (weakref.ref(fab), r)
+    return r
+
+
+def _plan_for(twin: Twin, wanted: frozenset[str] | None) -> _Plan:
+    fab = twin.fabric
+    key = (id(fab), twin.cfg.lanes, twin.cfg.queues, wanted)
+    hit = _PLANS.get(key)
+    if hit is not None and hit[0]() is fab:
+        return hit[1]
+    plan = _build_plan(twin, wanted)
+    if len(_PLANS) >= _PLANS_MAX:
+        _PLANS.pop(next(iter(_PLANS)))
+    _PLANS[key] = (weakref.ref(fab), plan)
+    return plan
+
+
+def _build_plan(twin: Twin, wanted: frozenset[str] | None) -> _Plan:
+    sample = [parse_path(p) for p in SAMPLE_PATHS]
+    on_change = [parse_path(p) for p in ON_CHANGE_PATHS]
+    # A leaf path does not name its switch, so every switch with the same port names shares
+    # one parse: ~800 parses instead of ~75k at 2,048 GPUs.
+    memo: dict[str, tuple[bool, str, dict[str, str]] | None] = {}
+
+    def classify(path: str) -> tuple[bool, str, dict[str, str]] | None:
+        if wanted is not None and path.rsplit("/", 1)[-1] not in wanted:
+            return None
+        gp: GPath = parse_path(path)
+        if any(match(p, gp) for p in on_change):
+            return True, schema_name(gp), tags_of(gp)
+        if any(match(p, gp) for p in sample):
+            return False, schema_name(gp), tags_of(gp)
+        return None
+
+    by_field: dict[str, tuple[list[int], list[int], list[int]]] = {}
+    kinds: list[int] = []
+    onc: list[bool] = []
+    targets: list[str] = []
+    names: list[str] = []
+    tags: list[Mapping[str, str]] = []
+    ndims: dict[str, int] = {}
+    for target in twin.targets():
+        for lf in twin.leaves(target):
+            if lf.path in memo:
+                c = memo[lf.path]
+            else:
+                c = memo[lf.path] = classify(lf.path)
+            if c is None:
+                continue
+            row = len(names)
+            rows, idx, lanes = by_field.setdefault(lf.field, ([], [], []))
+            rows.append(row)
+            idx.append(lf.index)
+            lanes.append(lf.lane)
+            ndim = ndims.get(lf.field)
+            if ndim is None:
+                ndim = ndims[lf.field] = twin.field(lf.field).ndim
+            kinds.append(_STATUS if lf.field == "oper_up" else _FLOAT if ndim == 2 else _INT)
+            onc.append(c[0])
+            targets.append(target)
+            names.append(c[1])
+            tags.append(c[2])
+    groups = tuple((f, np.array(r, dtype=np.int64), np.array(i, dtype=np.int64),
+                    np.array(la, dtype=np.int64)) for f, (r, i, la) in by_field.items())
+    return _Plan(groups, np.array(kinds, dtype=np.int64), np.array(onc, dtype=bool),
+                 tuple(targets), tuple(names), tuple(tags))
+
+
+class TelemetryInstrument:
+    """Switch telemetry of the twin through the production detectors, on the simulated clock.
+
+    Parameters
+    ----------
+    interval_s:
+        SAMPLE interval; the twin is advanced and read every interval (also the watermark
+        period: each sample's watermark is the peak of the interval just ended, like a
+        switch's periodic watermark cleared at every telemetry interval).
+    utilization:
+        Background load, a random permutation traffic matrix seeded by the scenario's seed
+        (:func:`~fabricscope.twin.state.background_load`).
+    heartbeat_intervals:
+        Longest silence of a suppressed leaf, in samples (0: no heartbeat).
+    detectors:
+        Factory of the detector set (one fresh set per run); default
+        :func:`~fabricscope.telemetry.detectors.default_detectors`. When every detector of
+        the set declares its leaves, only those are subscribed; otherwise every leaf of the
+        demo's subscription is.
+    on_events:
+        Called with every sample's events, in time order (a store or sink of the raw stream).
+
+    Oper-status (ON_CHANGE) is checked at every sample: the twin's state is defined at its
+    steps, so a flap faster than the interval shows in ``carrier-transitions``, not in
+    oper-status. Deterministic for a seed.
+    """
+
+    name = "telemetry"
+
+    def __init__(self, interval_s: float = 10.0, utilization: float = 0.3,
+                 heartbeat_intervals: int = 6,
+                 detectors: Callable[[], DetectorSet] | None = None, *,
+                 on_events: Callable[[Sequence[TelemetryEvent]], None] | None = None) -> None:
+        if not interval_s > 0:
+            raise ConfigError(f"telemetry instrument: interval_s: must be > 0, got {interval_s!r}")
+        if not 0 <= utilization <= 1:
+            raise ConfigError(f"telemetry instrument: utilization: must be in [0, 1], got {utilization!r}")
+        if isinstance(heartbeat_intervals, bool) or not isinstance(heartbeat_intervals, int) \
+                or heartbeat_intervals < 0:
+            raise ConfigError("telemetry instrument: heartbeat_intervals: must be an integer >= 0, "
+                              f"got {heartbeat_intervals!r}")
+        self.interval_s = float(interval_s)
+        self.utilization = float(utilization)
+        self.heartbeat_intervals = heartbeat_intervals
+        self.detectors = detectors or self._default_detectors
+        self.on_events = on_events
+        self.stats: dict[str, int] = {}
+
+    def _default_detectors(self) -> DetectorSet:
+        """The default detectors, with the micro-burst episode's quiet time set to 1.5 sample
+        intervals: at a 10 s SAMPLE a standing queue shows at every sample, and a quiet time
+        shorter than the interval would report it as a new burst each time instead of
+        escalating it to a queue build-up."""
+        quiet = int(1.5 * self.interval_s * NS)
+        return DetectorSet([MicroBurstDetector(quiet_ns=max(quiet, 2 * NS)) if isinstance(d, MicroBurstDetector)
+                            else d for d in default_detectors().detectors])
+
+    def twin(self, fabric: Fabric, faults: Sequence[Fault], seed: int,
+             clock: SimClock | None = None) -> Twin:
+        """The twin a run uses (what :func:`fabricscope.service.gnmi_twin.twin_for` builds,
+        on a simulated clock at 0 with the watermark period set to the interval)."""
+        interval_ns = max(1, round(self.interval_s * NS))
+        return Twin(fabric, clock=clock or SimClock(0), faults=twin_faults(faults),
+                    load_bps=background_load(fabric, utilization=self.utilization, seed=seed,
+                                             routing=_routing_for(fabric)),
+                    rng=seed, config=TwinConfig(watermark_period_ns=interval_ns))
+
+    def run(self, spec: ScenarioSpec) -> list[Observed]:
+        """Every finding of the scenario, each reported at the sample that produced it."""
+        if not spec.duration_s >= 0:
+            raise ConfigError(f"scenario: duration_s: must be >= 0, got {spec.duration_s!r}")
+        interval_ns = max(1, round(self.interval_s * NS))
+        clock = SimClock(0)
+        twin = self.twin(spec.fabric, spec.faults, spec.seed, clock)
+        detectors = self.detectors()
+        plan = _plan_for(twin, detector_leaves(detectors))
+        last = np.zeros(plan.size)
+        last_k = np.zeros(plan.size, dtype=np.int64)
+        hb = self.heartbeat_intervals
+        out: list[Observed] = []
+        sent = 0
+        n_samples = round(spec.duration_s * NS) // interval_ns
+        for k in range(n_samples + 1):
+            t = k * interval_ns
+            clock.set(t)
+            twin.advance_to(t)
+            served = plan.read(twin)
+            if k == 0:  # the initial full update before sync_response
+                send = np.ones(plan.size, dtype=bool)
+            else:
+                send = served != last
+                if hb:
+                    send |= (k - last_k) >= hb
+            rows = np.flatnonzero(send)
+            last[rows] = served[rows]
+            last_k[rows] = k
+            sent += len(rows)
+            events = plan.events(rows, served, t)
+            if self.on_events is not None:
+                self.on_events(events)
+            out.extend(Observed("telemetry", f, t) for f in detectors(events))
+        self.stats = {"leaves": plan.size, "samples": n_samples + 1, "events": sent,
+                      "findings": len(out)}
+        return out
