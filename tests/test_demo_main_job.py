@@ -21,7 +21,10 @@ def test_demo_quick_runs_every_part_and_localizes(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     parts = summary["parts"]
-    assert set(parts) == {"sim", "telemetry", "probe", "straggler"}
+    assert set(parts) == {"loop", "sim", "telemetry", "probe", "straggler"}
+    # the closed loop: every injected fault diagnosed with its root cause, no false positive
+    assert parts["loop"]["found"] == parts["loop"]["injected"] >= 1, parts["loop"]
+    assert parts["loop"]["false_positives"] == 0, parts["loop"]
     # Each part checks itself against the ground truth it injected.
     assert parts["telemetry"]["detected"] == len(parts["telemetry"]["faults"])
     assert parts["telemetry"]["false_findings"] == 0

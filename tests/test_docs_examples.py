@@ -61,9 +61,16 @@ _TRACES = [
     'if [ -e "$D/bytedance-straggler/trace-AR.parquet" ]; then '
     'ln -s "$D/bytedance-straggler/trace-AR.parquet" .; fi',
 ]
+_LOOP = ('fabricscope supervise --twin rail-optimized:servers=8 --duration 2m --fault '
+         '"gray-loss:leaf-p0-r1-00:eth3->host0002/nic1:p0@30s,loss=0.03" --db incidents.duckdb')
 # Files a page's examples take for granted, made before its first command runs; a line
 # starting with "&" is a server kept running for the session.
 PRELUDE: dict[str, list[str]] = {
+    "help: incidents": [_LOOP],
+    "help: incidents list": [_LOOP],
+    "help: incidents show": [_LOOP],
+    "help: incidents export": [_LOOP],
+    "help: diagnose": [_LOOP],
     "docs/straggler.md": [*_TRACES, "fabricscope straggler twin run --comm alpha-beta --iterations 6"],
     "help: straggler": _TRACES,
     "help: straggler analyze": _TRACES,

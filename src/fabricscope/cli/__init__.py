@@ -62,6 +62,9 @@ _COMMAND_MODULES = (
     "fabricscope.cli.probe",
     "fabricscope.cli.lab",
     "fabricscope.cli.straggler",
+    "fabricscope.cli.supervise",
+    "fabricscope.cli.diagnose",
+    "fabricscope.cli.incidents",
 )
 
 

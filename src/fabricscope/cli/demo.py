@@ -32,7 +32,7 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("demo-out"), "--out", "-o", help="Folder for plots and summary.json."),
         seed: int = typer.Option(7, help="Seed for every random choice (fault placement, noise)."),
         part: list[str] = typer.Option(
-            [], "--part", "-p", help="Run only these parts: sim, telemetry, probe, straggler."
+            [], "--part", "-p", help="Run only these parts: loop, sim, telemetry, probe, straggler."
         ),
         quick: bool = typer.Option(False, help="Smaller twin and shorter runs (seconds)."),
         force: bool = typer.Option(

@@ -1,7 +1,8 @@
 """The main job: run every capability's part of the closed loop on an embedded default twin.
 
-Parts run in order (simulator what-if, telemetry over gNMI, mesh probing, straggler
-localization); each is a module ``fabricscope.service.demo_<part>`` with a ``run(...)``
+Parts run in order (the closed loop: every instrument on the twin joined into diagnosed
+incidents; then each instrument on its own: simulator what-if, telemetry over gNMI, mesh
+probing, straggler localization); each is a module ``fabricscope.service.demo_<part>`` with a ``run(...)``
 function that prints its own summary and returns a JSON-able dict. The demo writes
 ``summary.json`` (and each part's plots) under the output folder.
 """
@@ -19,6 +20,7 @@ from typing import Any, Protocol
 from fabricscope.model.errors import ConfigError
 
 PARTS: tuple[tuple[str, str], ...] = (
+    ("loop", "Closed loop: faults on the twin -> instruments -> incidents -> root cause + action"),
     ("sim", "What-if: load balancing on a rail-optimized cluster (flow-level simulator)"),
     ("telemetry", "Streaming telemetry: the twin over real gNMI into the collector"),
     ("probe", "Mesh probing: localize an injected gray link"),

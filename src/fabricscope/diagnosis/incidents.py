@@ -1,0 +1,249 @@
+"""Incidents: findings from every instrument joined over the inventory graph and time.
+
+A :class:`Correlator` takes findings as they are reported (:meth:`Correlator.add`) and, on
+every :meth:`Correlator.tick`, joins them into incidents and diagnoses each changed one:
+
+* **joining**: two findings belong to one incident when a specialist would blame a common
+  resource for both (their *footprints* intersect, :func:`~fabricscope.diagnosis.specialists.footprint`)
+  and the second arrives within ``join_window_ns`` of the incident's last finding; union-find
+  keeps incidents stable as they grow and merge (the older id survives);
+* **diagnosis**: the coordinator explains the incident's findings with the fewest root causes
+  (:func:`~fabricscope.diagnosis.coordinator.diagnose`), the verifier keeps only supported ones;
+* **lifecycle**: an incident *opens* once it has a verified root cause, or has stayed
+  unexplained for ``unexplained_after_ns`` with at least two findings (reported as
+  unexplained: ambiguity is an answer); it *updates* with new evidence and root causes; it
+  *closes* when no finding of it has been reported or refreshed for ``close_after_ns``.
+
+It records the time of the first symptom (earliest evidence window), of detection (first
+report), of the first naming of the current top root cause, and of the proposed action, so
+time to root cause is measured on the same clock as the findings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from fabricscope.diagnosis.coordinator import CoordinatorParams, Diagnosis, diagnose
+from fabricscope.diagnosis.graph import ResourceMap, resource_kind
+from fabricscope.diagnosis.knowledge import KnowledgeBase
+from fabricscope.diagnosis.model import Incident, Observed, RootCause
+from fabricscope.diagnosis.normalize import normalize
+from fabricscope.diagnosis.specialists import (
+    Coverage,
+    FindingIndex,
+    Specialist,
+    footprint,
+    specialists,
+)
+
+NS = 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class CorrelatorParams:
+    """Joining and lifecycle windows (ns) and the coordinator's thresholds."""
+
+    join_window_ns: int = 300 * NS
+    close_after_ns: int = 600 * NS
+    unexplained_after_ns: int = 120 * NS
+    coordinator: CoordinatorParams = field(default_factory=CoordinatorParams)
+
+
+@dataclass
+class _Group:
+    id: str
+    members: list[str]
+    created_ns: int
+    last_ns: int
+    dirty: bool = True
+    incident: Incident | None = None
+    named: dict[tuple[str, str], int] = field(default_factory=dict)
+    diagnosis: Diagnosis | None = None
+
+
+class Correlator:
+    """Findings in, incidents out (see the module docstring)."""
+
+    def __init__(self, rmap: ResourceMap, kb: KnowledgeBase, coverage: Coverage, *,
+                 params: CorrelatorParams | None = None) -> None:
+        self.rmap = rmap
+        self.kb = kb
+        self.coverage = coverage
+        self.params = params or CorrelatorParams()
+        self.team: dict[str, Specialist] = specialists(kb, rmap)
+        self.index = FindingIndex(rmap)
+        self._parent: dict[str, str] = {}
+        self._groups: dict[str, _Group] = {}
+        self._owner: dict[str, str] = {}  # resource -> group root id (recent)
+        self._seen: dict[str, Observed] = {}
+        self._by_symptom: dict[tuple[str, str, str], str] = {}
+        self._settle_ns = max(coverage.latency_ns.values(), default=0) + 1
+
+    # -- union-find ----------------------------------------------------------------------
+    def _find(self, g: str) -> str:
+        while self._parent[g] != g:
+            self._parent[g] = self._parent[self._parent[g]]
+            g = self._parent[g]
+        return g
+
+    def _union(self, a: str, b: str) -> str:
+        ra, rb = self._find(a), self._find(b)
+        if ra == rb:
+            return ra
+        ga, gb = self._groups[ra], self._groups[rb]
+        # The older incident survives (an opened one before one not yet opened).
+        def age(g: _Group) -> tuple[int, int, str]:
+            return (0 if g.incident is not None else 1,
+                    g.incident.opened_ns if g.incident is not None else g.created_ns, g.id)
+        old, new = (ga, gb) if age(ga) <= age(gb) else (gb, ga)
+        self._parent[new.id] = old.id
+        old.members.extend(new.members)
+        old.last_ns = max(old.last_ns, new.last_ns)
+        old.dirty = True
+        for k, t in new.named.items():
+            old.named[k] = min(t, old.named.get(k, t))
+        del self._groups[new.id]
+        return old.id
+
+    # -- input -----------------------------------------------------------------------------
+    def add(self, findings: Sequence[Observed]) -> None:
+        """Take newly reported findings (a refresh of a known id updates its time)."""
+        for o in findings:
+            o = normalize(o, self.rmap.fabric)
+            # The same symptom reported again (a new episode of one kind on one subject from
+            # one source) refreshes the first report: one symptom, one piece of evidence.
+            first = self._by_symptom.setdefault((o.source, o.kind, o.subject), o.id)
+            if first != o.id:
+                g = self._groups[self._find(first)]
+                g.last_ns = max(g.last_ns, o.reported_ns)
+                continue
+            prev = self._seen.get(o.id)
+            self._seen[o.id] = o
+            if prev is not None:
+                g = self._groups[self._find(o.id)]
+                g.last_ns = max(g.last_ns, o.reported_ns)
+                continue
+            self.index.add(o)
+            self._parent[o.id] = o.id
+            self._groups[o.id] = _Group(o.id, [o.id], o.reported_ns, o.reported_ns)
+            root = o.id
+            for r in footprint(self.team, o):
+                other = self._owner.get(r)
+                if other is not None:
+                    grp = self._groups.get(self._find(other))
+                    if grp is not None:
+                        recent = o.reported_ns - grp.last_ns <= self.params.join_window_ns
+                        closed = grp.incident is not None and grp.incident.status == "closed"
+                        if recent and not closed:
+                            root = self._union(root, grp.id)
+                self._owner[r] = root
+            self._groups[self._find(root)].dirty = True
+
+    # -- output ----------------------------------------------------------------------------
+    def tick(self, now_ns: int) -> list[Incident]:
+        """Diagnose the incidents that changed, open / close by the lifecycle rules; return
+        the incidents whose state changed at this tick."""
+        changed: list[Incident] = []
+        p = self.params
+        for g in list(self._groups.values()):
+            inc = g.incident
+            if inc is not None and inc.status == "closed":
+                continue
+            if now_ns - g.created_ns <= self._settle_ns:
+                # Silence becomes evidence as each source's latency passes: re-diagnose.
+                g.dirty = True
+            if g.dirty:
+                g.dirty = False
+                obs = [self._seen[i] for i in g.members]
+                d = diagnose(obs, self.team, self.index, self.coverage, now_ns=now_ns,
+                             params=p.coordinator)
+                g.diagnosis = d
+                for rc in d.root_causes:
+                    g.named.setdefault(rc.key, now_ns)
+                new = self._incident(g, obs, d, now_ns)
+                if new is not None and (inc is None or _differs(inc, new)):
+                    g.incident = new
+                    changed.append(new)
+                    continue
+            elif inc is None and g.diagnosis is not None and not g.diagnosis.root_causes:
+                obs = [self._seen[i] for i in g.members]
+                new = self._incident(g, obs, g.diagnosis, now_ns)
+                if new is not None:
+                    g.incident = new
+                    changed.append(new)
+                    continue
+            inc = g.incident
+            if inc is not None and inc.status == "open" and now_ns - g.last_ns >= p.close_after_ns:
+                g.incident = replace(inc, status="closed", closed_ns=now_ns, updated_ns=now_ns)
+                changed.append(g.incident)
+        return changed
+
+    def _incident(self, g: _Group, obs: Sequence[Observed], d: Diagnosis,
+                  now_ns: int) -> Incident | None:
+        first_symptom = min(max(0, o.finding.window[0]) for o in obs)
+        detected = min(o.reported_ns for o in obs)
+        prev = g.incident
+        if prev is None and not d.root_causes and (
+                len(obs) < 2 or now_ns - detected < self.params.unexplained_after_ns):
+            return None
+        top: RootCause | None = d.root_causes[0] if d.root_causes else None
+        rc_ns = g.named.get(top.key) if top is not None else None
+        blast = self._blast(obs, d)
+        sev = "critical" if any(rc.probability >= 0.9 for rc in d.root_causes) and \
+            blast.get("gpus", 0) + blast.get("links", 0) > 0 else "warning"
+        title = (f"{top.fault} on {top.resource}" if top is not None
+                 else f"unexplained: {len(obs)} finding(s), e.g. {obs[0].kind} on {obs[0].subject}")
+        actions = prev.actions if prev is not None else ()
+        if top is not None and top.action and not any(a.startswith(f"proposed: {top.fault} ")
+                                                      for a in actions):
+            actions = (*actions, f"proposed: {top.fault} on {top.resource}: {top.action}"
+                       f" (at {now_ns / NS:.0f} s; awaiting approval)")
+        return Incident(
+            id=prev.id if prev is not None else "inc-" + g.id[2:],
+            status="open",
+            opened_ns=prev.opened_ns if prev is not None else now_ns,
+            updated_ns=now_ns, first_symptom_ns=first_symptom, detected_ns=detected,
+            root_causes=d.root_causes, findings=tuple(o.id for o in obs), severity=sev,
+            blast=blast, root_cause_ns=rc_ns,
+            action_ns=(prev.action_ns if prev is not None and prev.action_ns is not None
+                       else (rc_ns if top is not None else None)),
+            closed_ns=None, title=title, actions=actions)
+
+    def _blast(self, obs: Sequence[Observed], d: Diagnosis) -> dict[str, int]:
+        f = self.rmap.fabric
+        links: set[str] = set()
+        gpus: set[str] = set()
+        jobs: set[str] = set()
+        for o in obs:
+            links.update(self.rmap.resources(o.subject, "cable"))
+            gpus.update(self.rmap.resources(o.subject, "gpu"))
+            j = o.finding.details.get("job")
+            if isinstance(j, str):
+                jobs.add(j)
+        for rc in d.root_causes:
+            kind = resource_kind(f, rc.resource)
+            if kind == "switch":
+                gpus.update(self.rmap.resources(rc.resource, "gpu", near=True))
+        return {"links": len(links), "gpus": len(gpus), "jobs": len(jobs)}
+
+    def incidents(self) -> list[Incident]:
+        """Every incident opened so far (open and closed), oldest first."""
+        out = [g.incident for g in self._groups.values() if g.incident is not None]
+        return sorted(out, key=lambda i: (i.opened_ns, i.id))
+
+    def named_at(self) -> list[tuple[str, tuple[str, str], int]]:
+        """(incident id, (resource, fault), first time named) for every root cause ever
+        named by an open incident: the raw material of time-to-root-cause."""
+        out = []
+        for g in self._groups.values():
+            if g.incident is None:
+                continue
+            for k, t in g.named.items():
+                out.append((g.incident.id, k, t))
+        return out
+
+
+def _differs(a: Incident, b: Incident) -> bool:
+    return (a.root_causes != b.root_causes or a.findings != b.findings or a.status != b.status
+            or a.severity != b.severity)

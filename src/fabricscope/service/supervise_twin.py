@@ -1,0 +1,265 @@
+"""The closed loop on the twin, on a simulated clock: instruments -> findings -> incidents.
+
+``run_loop`` runs every instrument on the scenario (each causal, each reporting its findings
+with the simulated time it reported them, :mod:`fabricscope.service.instruments`), replays the
+findings in time order into the :class:`~fabricscope.diagnosis.incidents.Correlator` with a
+tick every ``tick_s`` simulated seconds, and returns the incidents, the findings and when each
+root cause was first named. The twin is a data source only: the correlator, specialists,
+coordinator and verifier see findings and the inventory, never the injected truth, which stays
+here for scoring (:func:`truth_pairs`).
+
+Faults on the command line: ``KIND:SUBJECT[@START[-END]][,KEY=VALUE...]`` with times in
+s / m / h from the scenario start (``gray-loss:leaf-p0-r0-00:eth9->spine-p0-00:eth1@30s,loss=0.02``).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from fabricscope.diagnosis.graph import ResourceMap, resource_kind
+from fabricscope.diagnosis.incidents import Correlator, CorrelatorParams
+from fabricscope.diagnosis.knowledge import KnowledgeBase, load_kb
+from fabricscope.diagnosis.model import Incident, Observed
+from fabricscope.diagnosis.specialists import Coverage
+from fabricscope.fabric.catalog import build_fabric, parse_fabric_spec
+from fabricscope.fabric.inventory import Fabric
+from fabricscope.fabric.io import read_fabric
+from fabricscope.model.errors import ConfigError
+from fabricscope.service.instruments import Instrument, ScenarioSpec
+from fabricscope.sim.faults import FAULT_KINDS, Fault
+
+NS = 1_000_000_000
+
+#: The knowledge-base fault type each twin fault kind is (the truth a diagnosis is scored on).
+TRUTH_TYPE: Mapping[str, str] = {
+    "gray-loss": "gray-link", "link-flap": "link-flap", "link-down": "link-down",
+    "link-degraded": "link-degraded", "congestion": "congestion", "micro-burst": "micro-burst",
+    "pfc-storm": "pfc-storm", "optic-degrading": "optic-aging", "switch-fault": "switch-fault",
+    "nic-fault": "nic-fault", "slow-nic": "slow-nic", "slow-gpu": "slow-gpu",
+    "cpu-starved": "cpu-starved-host",
+}
+
+#: Parameters a fault gets when the command line gives none (visible, not extreme).
+DEFAULT_PARAMS: Mapping[str, Mapping[str, float]] = {
+    "gray-loss": {"loss": 0.02}, "link-degraded": {"factor": 0.25}, "link-delay": {"delay_ns": 50e3},
+    "link-flap": {"period_ns": 20e9}, "congestion": {"load": 0.95},
+    "micro-burst": {"depth_bytes": 8e6}, "optic-degrading": {"rate": 1.0, "accel": 6000.0},
+    "switch-fault": {"loss": 0.02}, "nic-fault": {"loss": 0.05}, "slow-nic": {"factor": 0.2},
+    "slow-gpu": {"factor": 1.6}, "cpu-starved": {"delay_ns": 2e6}, "pfc-storm": {"rate": 2e5},
+}
+
+_TIME = re.compile(r"^\s*(?P<v>\d+(?:\.\d*)?)\s*(?P<u>ms|s|m|h)?\s*$")
+
+
+def parse_time_s(text: str, *, source: str) -> float:
+    """``30``, ``30s``, ``2m``, ``1h``, ``500ms`` -> seconds."""
+    m = _TIME.match(text)
+    if not m:
+        raise ConfigError(f"{source}: expected a time like 30s, 2m or 1h, got {text!r}")
+    mult = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}[m["u"] or "s"]
+    return float(m["v"]) * mult
+
+
+def parse_twin_fault(text: str, fabric: Fabric, *, source: str = "--fault") -> Fault:
+    """``KIND:SUBJECT[@START[-END]][,KEY=VALUE...]`` -> a Fault checked against ``fabric``."""
+    kind, sep, rest = text.strip().partition(":")
+    if not sep or not rest:
+        raise ConfigError(f"{source}: {text!r}: expected KIND:SUBJECT[@START[-END]][,KEY=VALUE...]")
+    if kind not in FAULT_KINDS:
+        raise ConfigError(f"{source}: {text!r}: unknown fault kind {kind!r}; choose one of "
+                          f"{', '.join(TRUTH_TYPE)}")
+    head, *kvs = rest.split(",")
+    subject, _, when = head.partition("@")
+    subject = subject.strip()
+    start_s, end_s = 0.0, None
+    if when:
+        a, dash, b = when.partition("-")
+        start_s = parse_time_s(a, source=f"{source}: {text!r}: start")
+        if dash:
+            end_s = parse_time_s(b, source=f"{source}: {text!r}: end")
+    params = dict(DEFAULT_PARAMS.get(kind, {}))
+    for kv in kvs:
+        k, eq, v = kv.partition("=")
+        if not eq:
+            raise ConfigError(f"{source}: {text!r}: expected KEY=VALUE, got {kv!r}")
+        try:
+            params[k.strip()] = float(v)
+        except ValueError:
+            raise ConfigError(f"{source}: {text!r}: {k.strip()}: expected a number, got {v!r}") from None
+    if "->" in subject:
+        a, _, b = subject.partition("->")
+        ok = fabric.peer_port.get(a) == b
+    elif "|" in subject:
+        ok = subject in fabric.link_by_id
+    else:
+        ok = ResourceMap(fabric).known(subject)
+    if not ok:
+        raise ConfigError(f"{source}: {text!r}: subject {subject!r} is not in the inventory "
+                          "(a direction a:ethX->b:ethY of a cable, a cable a:ethX|b:ethY, a port, "
+                          "a device or host/gpuN)")
+    if end_s is None and kind == "micro-burst":
+        end_s = start_s + 1.0  # a burst, not a standing queue (give -END to change it)
+    end_ns = None if end_s is None else int(end_s * NS)
+    return Fault(kind, subject, int(start_s * NS), end_ns, params)  # type: ignore[arg-type]
+
+
+def load_twin_fabric(spec: str) -> Fabric:
+    """An inventory file (``.yaml`` / ``.json``) or a builder spec (``rail-optimized:servers=256``)."""
+    if spec.endswith((".yaml", ".yml", ".json")):
+        return read_fabric(spec)
+    kind, params = parse_fabric_spec(spec, source="--twin")
+    return build_fabric(kind, params, source="--twin")
+
+
+def truth_pairs(fabric: Fabric, kb: KnowledgeBase, faults: Iterable[Fault]
+                ) -> list[tuple[Fault, tuple[str, str]]]:
+    """(fault, (resource, type)) for every injected fault the knowledge base can name."""
+    rmap = ResourceMap(fabric)
+    out = []
+    for f in faults:
+        t = TRUTH_TYPE.get(f.kind)
+        if t is None or t not in kb.types:
+            continue
+        kind = kb.types[t].resource
+        res = rmap.resources(f.subject, kind)
+        if kind == "port" and "->" in f.subject:
+            res = (f.subject.split("->")[0],)
+        if res:
+            out.append((f, (res[0], t)))
+    return out
+
+
+def coverage_for(instruments: Sequence[Instrument], fabric: Fabric,
+                 covers: Callable[[str, str], bool] | None = None) -> Coverage:
+    """How long each running instrument needs before its silence counts as absence."""
+    lat: dict[str, int] = {}
+    for ins in instruments:
+        step = float(getattr(ins, "interval_s", getattr(ins, "step_s", 10.0)))
+        lat[ins.name] = int(3 * step * NS)
+    return Coverage(lat, covers)
+
+
+@dataclass
+class LoopResult:
+    """What one run of the loop produced (JSON via :meth:`to_json`)."""
+
+    incidents: list[Incident]
+    findings: list[Observed]
+    named: list[tuple[str, tuple[str, str], int]]
+    ticks: int
+    duration_s: float
+    seconds: dict[str, float] = field(default_factory=dict)
+    timeline: list[tuple[int, list[tuple[str, str]]]] = field(default_factory=list)
+
+    def predicted(self) -> list[tuple[str, str]]:
+        """Every (resource, type) the opened incidents name at the end."""
+        return sorted({rc.key for i in self.incidents for rc in i.root_causes})
+
+    def first_named(self, pair: tuple[str, str]) -> int | None:
+        """When ``pair`` was first the root cause of an opened incident (ns), or None."""
+        for t, pairs in self.timeline:
+            if pair in pairs:
+                return t
+        return None
+
+
+def run_loop(spec: ScenarioSpec, instruments: Sequence[Instrument], *,
+             kb: KnowledgeBase | None = None, tick_s: float = 5.0,
+             params: CorrelatorParams | None = None,
+             covers: Callable[[str, str], bool] | None = None,
+             on_change: Callable[[Incident], None] | None = None,
+             progress: Callable[[str], None] | None = None) -> LoopResult:
+    """Run the instruments on ``spec`` and the correlator over their findings (see module doc)."""
+    kb = kb or load_kb()
+    secs: dict[str, float] = {}
+    found: list[Observed] = []
+    for ins in instruments:
+        if progress is not None:
+            progress(f"running the {ins.name} instrument on the twin")
+        t0 = time.process_time()
+        found.extend(ins.run(spec))
+        secs[ins.name] = round(time.process_time() - t0, 3)
+    found.sort(key=lambda o: (o.reported_ns, o.source, o.id))
+    rmap = ResourceMap(spec.fabric)
+    corr = Correlator(rmap, kb, coverage_for(instruments, spec.fabric, covers), params=params)
+    t0 = time.process_time()
+    tick = int(tick_s * NS)
+    end = int(spec.duration_s * NS)
+    i, ticks = 0, 0
+    timeline: list[tuple[int, list[tuple[str, str]]]] = []
+    now = tick
+    while now <= end:
+        j = i
+        while j < len(found) and found[j].reported_ns <= now:
+            j += 1
+        if j > i:
+            corr.add(found[i:j])
+            i = j
+        for inc in corr.tick(now):
+            if on_change is not None:
+                on_change(inc)
+        ticks += 1
+        pairs = sorted({rc.key for inc in corr.incidents() if inc.status == "open"
+                        for rc in inc.root_causes})
+        if not timeline or timeline[-1][1] != pairs:
+            timeline.append((now, pairs))
+        now += tick
+    secs["correlate"] = round(time.process_time() - t0, 3)
+    return LoopResult(corr.incidents(), found, corr.named_at(), ticks, spec.duration_s, secs,
+                      timeline)
+
+
+def describe_resource(fabric: Fabric, resource: str) -> str:
+    """``cable leaf-01:eth3|spine-02:eth1`` style label for messages."""
+    return f"{resource_kind(fabric, resource)} {resource}"
+
+
+INSTRUMENTS: tuple[str, ...] = ("telemetry", "probe", "straggler", "optics")
+
+
+def default_instruments(names: Sequence[str] = INSTRUMENTS) -> list[Instrument]:
+    """The instruments by name, with their default settings."""
+    out: list[Instrument] = []
+    for n in names:
+        if n == "telemetry":
+            from fabricscope.service.instruments.telemetry import TelemetryInstrument
+            out.append(TelemetryInstrument())
+        elif n == "probe":
+            from fabricscope.service.instruments.probe import ProbeInstrument
+            out.append(ProbeInstrument())
+        elif n == "straggler":
+            from fabricscope.service.instruments.straggler import StragglerInstrument
+            out.append(StragglerInstrument())
+        elif n == "optics":
+            from fabricscope.service.instruments.optics import OpticsInstrument
+            out.append(OpticsInstrument())
+        else:
+            raise ConfigError(f"--instruments: unknown {n!r}; choose from {', '.join(INSTRUMENTS)}")
+    return out
+
+
+@dataclass(frozen=True)
+class FaultScore:
+    """One injected fault against what the loop concluded."""
+
+    fault: Fault
+    pair: tuple[str, str]
+    found: bool
+    time_to_root_cause_s: float | None
+
+
+def score_run(result: LoopResult, truth: Sequence[tuple[Fault, tuple[str, str]]]
+              ) -> tuple[list[FaultScore], list[tuple[str, str]]]:
+    """Each injected fault: found (its pair among the final root causes) and when it was first
+    named; and the predicted pairs no injected fault explains (false positives)."""
+    predicted = set(result.predicted())
+    out = []
+    for f, pair in truth:
+        t = result.first_named(pair)
+        out.append(FaultScore(f, pair, pair in predicted,
+                              None if t is None else max(0.0, (t - f.start_ns) / NS)))
+    wanted = {p for _, p in truth}
+    return out, sorted(predicted - wanted)
