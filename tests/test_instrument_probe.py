@@ -35,7 +35,12 @@ def run(inst: ProbeInstrument, fabric: Fabric, faults: list[Fault], *, duration_
 
 
 def keys(obs: list[Observed]) -> list[tuple[str, str]]:
-    return [(o.kind, o.subject) for o in obs]
+    """(kind, subject) of each distinct finding, in first-report order (refreshes of a
+    finding still open carry its id and are not new findings)."""
+    seen: dict[str, tuple[str, str]] = {}
+    for o in obs:
+        seen.setdefault(o.id, (o.kind, o.subject))
+    return list(seen.values())
 
 
 def test_is_an_instrument(inst: ProbeInstrument) -> None:
@@ -98,6 +103,18 @@ def test_each_finding_is_reported_once_with_a_stable_id(
                                      params={"loss": 0.02})])
     assert [o.id for o in again] == [o.id for o in obs]
     assert [o.reported_ns for o in obs] == sorted(o.reported_ns for o in obs)
+    # a persisting fault: the finding is refreshed under its id every refresh_s, its window
+    # grown to the refresh time, never as a new finding
+    first = {o.id: o for o in reversed(obs)}
+    refreshes = [o for o in obs if o is not first[o.id]]
+    assert refreshes, "a fault lasting to the end was never refreshed"
+    for o in refreshes:
+        f0 = first[o.id].finding
+        assert (o.kind, o.subject, o.finding.window[0]) == (f0.kind, f0.subject, f0.window[0])
+        assert o.finding.window[1] == o.reported_ns
+    gaps = [b.reported_ns - a.reported_ns for a, b in zip(obs, obs[1:], strict=False)
+            if a.id == b.id]
+    assert all(g >= inst.refresh_s * S for g in gaps)
 
 
 def test_mesh_and_baseline_are_built_once_per_fabric(fabric: Fabric) -> None:

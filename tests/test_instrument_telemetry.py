@@ -149,3 +149,23 @@ def test_bad_input_is_one_clear_error() -> None:
         TelemetryInstrument(heartbeat_intervals=-1)
     with pytest.raises(ConfigError, match="utilization"):
         TelemetryInstrument(utilization=1.5)
+
+
+@pytest.mark.parametrize("kind,fault", [
+    ("error-counter-increase", Fault("gray-loss", f"{A}->{B}", START, None, {"loss": 0.01})),
+    ("link-down", Fault("link-down", f"{A}|{B}", START)),
+])
+def test_a_persisting_symptom_is_refreshed_under_its_id_and_a_cleared_one_is_not(
+        kind: str, fault: Fault) -> None:
+    inst, obs = _run([fault], duration_s=300.0)
+    hits = [o for o in obs if o.kind == kind]
+    assert hits, [(o.kind, o.subject) for o in obs]
+    ids = {o.id for o in hits}
+    assert len(ids) == len({(o.kind, o.subject) for o in hits})  # refreshes reuse the id
+    last = max(o.reported_ns for o in hits)
+    assert last >= 300 * NS - inst.refresh_s * NS - inst.interval_s * NS, "not refreshed"
+    # a fault that ends stops its refreshes within a refresh period
+    ended = Fault(fault.kind, fault.subject, START, START + 60 * NS, fault.params)
+    _, obs2 = _run([ended], duration_s=300.0)
+    late = [o for o in obs2 if o.kind == kind and o.reported_ns > ended.end_ns + (inst.refresh_s + 2 * inst.interval_s) * NS]  # type: ignore[operator]
+    assert not late, late

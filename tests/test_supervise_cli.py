@@ -148,3 +148,24 @@ def test_webhook_down_is_counted_not_fatal() -> None:
                         instruments="telemetry", seed=1, webhook="http://127.0.0.1:9/hook")
     assert doc["webhook"]["sent"] == 0 and doc["webhook"]["failed"] >= 1  # type: ignore[index]
     assert doc["score"]["faults"][0]["found"]  # type: ignore[index]
+
+
+def test_diagnose_refuses_the_wrong_kind_of_store_without_changing_it(
+        loop_run, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import duckdb
+
+    db, _ = loop_run
+
+    def tables() -> set[str]:
+        con = duckdb.connect(str(db), read_only=True)
+        try:
+            return {r[0] for r in con.execute(
+                "SELECT table_name FROM information_schema.tables").fetchall()}
+        finally:
+            con.close()
+
+    before = tables()
+    for flag, what in (("--telemetry", "not a telemetry store"), ("--probes", "not a probe store")):
+        code, _, err = run_main(capsys, monkeypatch, "diagnose", "--twin", TWIN, flag, str(db))
+        assert code == 2 and what in err and "Traceback" not in err, err
+    assert tables() == before

@@ -96,16 +96,19 @@ def gather(fabric: Fabric, inputs: Inputs, *, since: int | None, until: int | No
         from fabricscope.store.telemetry import findings_of, open_readonly
 
         _exists(p, "--telemetry")
+        _require_tables(p, ("telemetry", "findings"), "--telemetry", "a telemetry store "
+                        "written by `gnmi collect`")
         con = open_readonly(p)
         try:
             add("telemetry", findings_of(con))
         finally:
             con.close()
     for p in inputs.probes_db:
-        from fabricscope.service.probe_live import analyze_observations
         from fabricscope.store.probes import ProbeStore
 
         _exists(p, "--probes")
+        _require_tables(p, ("probes",), "--probes", "a probe store written by `probe agent` "
+                        "or `probe twin`")
         if progress is not None:
             progress(f"analysing the probes in {p}")
         ps = ProbeStore(p)
@@ -113,12 +116,13 @@ def gather(fabric: Fabric, inputs: Inputs, *, since: int | None, until: int | No
             obs_p = ps.observations(t0_ns=since, t1_ns=until)
         finally:
             ps.close()
-        if len(obs_p.t_send_ns):
-            w = (int(obs_p.t_send_ns.min()), int(obs_p.t_send_ns.max()))
-            add("probe", [Finding(f.kind, f.subject, f.score, w, f.evidence, f.action, f.details)
-                          for f in analyze_observations(fabric, obs_p)])
-        else:
-            counts.setdefault("probe", 0)
+        if not len(obs_p.t_send_ns):
+            raise ConfigError(f"--probes {p}: no probes in the window "
+                              f"[{since if since is not None else 'start'}, "
+                              f"{until if until is not None else 'end'}]: nothing to analyse")
+        w = (int(obs_p.t_send_ns.min()), int(obs_p.t_send_ns.max()))
+        add("probe", [Finding(f.kind, f.subject, f.score, w, f.evidence, f.action, f.details)
+                      for f in _analyze_probes(fabric, obs_p)])
     if inputs.traces:
         from fabricscope.straggler.pipeline import analyze_paths
 
@@ -131,9 +135,62 @@ def gather(fabric: Fabric, inputs: Inputs, *, since: int | None, until: int | No
     return out, counts
 
 
+def _analyze_probes(fabric: Fabric, obs: Any) -> list[Finding]:
+    """:func:`~fabricscope.service.probe_live.analyze_observations` without traced paths, the
+    candidate-set path model bound in bulk.
+
+    Stored probes carry no paths, so every flow's row is the even ECMP split of its NIC pair
+    (``Routing.spray_weights``); :meth:`~fabricscope.probe.localize.PathModel.bind_candidates`
+    computes it once per pair: the same rows, in the same order, as resolving flow by flow,
+    which on a 2,048-GPU mesh (~586k flows over ~68k pairs) takes seconds instead of many
+    minutes (docs/benchmarks/diagnosis-advisor.md). Flows naming a device outside the
+    inventory take the per-flow path, which reports them as before.
+    """
+    import numpy as np
+
+    from fabricscope.fabric.routing import Routing
+    from fabricscope.probe.analysis import Baseline, analyze
+    from fabricscope.probe.localize import PathModel
+    from fabricscope.service.probe_live import analyze_observations
+
+    node = fabric.index.node_of
+    n = len(obs.flows)
+    try:
+        src = np.fromiter((node[a] for a, _, _ in obs.flows), dtype=np.int64, count=n)
+        dst = np.fromiter((node[b] for _, b, _ in obs.flows), dtype=np.int64, count=n)
+    except KeyError:
+        return analyze_observations(fabric, obs)
+    baseline = Baseline()  # learned from the same window, as analyze_observations does
+    baseline.learn(obs, track_rtt=False)
+    model = PathModel(fabric)
+    model.bind_candidates(obs.flows, src, dst, Routing(fabric).spray_weights_nodes)
+    return analyze(fabric, model, obs, baseline)
+
+
 def _exists(p: Path, flag: str) -> None:
     if not Path(p).exists():
         raise ConfigError(f"{flag} {p}: no such file or folder")
+
+
+def _require_tables(p: Path, tables: Sequence[str], flag: str, what: str) -> None:
+    """One clear line when ``p`` is not the kind of store ``flag`` takes (opened read-only, so a
+    wrong file is never changed)."""
+    import duckdb
+
+    try:
+        con = duckdb.connect(str(p), read_only=True)
+    except duckdb.Error as exc:
+        raise ConfigError(f"{flag} {p}: not a readable DuckDB file: {str(exc).splitlines()[0]}"
+                          ) from None
+    try:
+        have = {r[0] for r in con.execute(
+            "SELECT table_name FROM information_schema.tables").fetchall()}
+    finally:
+        con.close()
+    missing = [t for t in tables if t not in have]
+    if missing:
+        raise ConfigError(f"{flag} {p}: not {what} (no table {', '.join(missing)}; it has "
+                          f"{', '.join(sorted(have)) or 'no tables'})")
 
 
 _TOKEN = re.compile(r"[A-Za-z0-9_./:\-|>]+")

@@ -63,6 +63,17 @@ class Webhook:
         log.warning("webhook %s: incident %s not delivered: %s", self.url, inc.id, self.last_error)
 
 
+def incident_line(inc: Incident) -> str:
+    """One log line for a new or changed incident (the log sink)."""
+    t = inc.updated_ns / NS
+    verb = "closed" if inc.status == "closed" else (
+        "opened" if inc.opened_ns == inc.updated_ns else "updated")
+    top = inc.root_causes[0] if inc.root_causes else None
+    what = (f"{top.fault} on {top.resource} (p={top.probability:.2f}); action: {top.action}"
+            if top is not None else inc.title)
+    return f"t={t:.0f}s incident {inc.id} {verb}: {what}"
+
+
 def run_supervise(*, twin: str, faults: Sequence[str], duration: str, tick: str,
                   instruments: str, kb_dirs: Sequence[Path] = (), seed: int = 0,
                   db: Path | None = None, webhook: str | None = None,
@@ -94,8 +105,17 @@ def run_supervise(*, twin: str, faults: Sequence[str], duration: str, tick: str,
         store = DiagnosisStore(db)
     try:
         spec = ScenarioSpec(fabric, fault_list, duration_s, seed)
+
+        def on_change(inc: Incident) -> None:
+            line = incident_line(inc)
+            log.info("%s", line)
+            if progress is not None:
+                progress(line)
+            if hook is not None:
+                hook(inc)
+
         res = run_loop(spec, default_instruments(names), kb=kb, tick_s=tick_s,
-                       on_change=hook, progress=progress)
+                       on_change=on_change, progress=progress)
         if store is not None:
             store.add_findings(res.findings)
             store.upsert_incidents(res.incidents)

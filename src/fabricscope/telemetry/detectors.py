@@ -107,6 +107,10 @@ class _EpisodeDetector:
         self.quiet_ns = quiet_ns
         self._open: dict[str, _Episode] = {}
 
+    def evidence_at(self, ts_ns: int) -> list[str]:
+        """Subjects whose open episode had evidence at ``ts_ns`` (a symptom that persists)."""
+        return [s for s, ep in self._open.items() if ep.last_ns == ts_ns]
+
     def _evidence(self, subject: str, ts: int, value: float, ev: str, details: Mapping[str, float | int | str],
                   score: float) -> Finding | None:
         ep = self._open.get(subject)
@@ -259,6 +263,10 @@ class FlapDetector(_EpisodeDetector):
         self._changes: dict[str, list[int]] = {}
         self._ctr = _CounterState()
         self._names = _Names(frozenset({"oper-status", "carrier-transitions"}))
+
+    def down_ports(self) -> list[str]:
+        """Ports whose last oper-status was a down state."""
+        return [s for s, v in self._state.items() if v in _DOWN]
 
     def __call__(self, events: Events) -> list[Finding]:
         out: list[Finding] = []

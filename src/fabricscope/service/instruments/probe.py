@@ -17,9 +17,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from fabricscope.diagnosis.model import Observed
+from fabricscope.diagnosis.model import Observed, finding_id
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.model.errors import ConfigError
+from fabricscope.model.records import Finding
 from fabricscope.probe.analysis import Baseline, Observations, analyze
 from fabricscope.probe.localize import FindingTracker
 from fabricscope.service.instruments import ScenarioSpec
@@ -146,7 +147,8 @@ class ProbeInstrument:
     def __init__(self, rate_pps: float = 20.0, step_s: float = 5.0,
                  background_loss: float = 1e-5, *, window_s: float = 30.0,
                  epoch_s: float | None = None, mesh_seed: int = 0, warmup_s: float = 10.0,
-                 method: str = "map", open_after: int = 2, close_after: int = 3) -> None:
+                 method: str = "map", open_after: int = 2, close_after: int = 3,
+                 refresh_s: float = 30.0) -> None:
         for field_name, value in (("rate_pps", rate_pps), ("step_s", step_s),
                                   ("window_s", window_s), ("warmup_s", warmup_s)):
             if not value > 0:
@@ -167,6 +169,7 @@ class ProbeInstrument:
         self.method = method
         self.open_after = int(open_after)
         self.close_after = int(close_after)
+        self.refresh_s = float(refresh_s)
 
     def prepared(self, fabric: Fabric) -> tuple[TwinMesh, Baseline]:
         """The mesh and baseline for ``fabric`` (built on first use, then cached)."""
@@ -190,7 +193,9 @@ class ProbeInstrument:
 
         A finding is reported at the step ``t`` its (kind, subject) opens, from probes sent
         before ``t`` minus the reply timeout (their outcome is known at ``t``); it is reported
-        once per run (a later change of kind or subject is a new finding). Faults the probe
+        once per run (a later change of kind or subject is a new finding), then refreshed every
+        ``refresh_s`` while the tracker keeps it open (same id, the window grown to ``t``), so
+        the correlator can tell a persisting symptom from one that cleared. Faults the probe
         transport does not model are ignored.
         """
         mesh, baseline = self.prepared(spec.fabric)
@@ -205,7 +210,9 @@ class ProbeInstrument:
         tracker = FindingTracker(open_after=self.open_after, close_after=self.close_after)
         chunks: deque[Observations] = deque()
         sent_to = 0  # probes sent before this time have been carried
-        reported: set[tuple[str, str]] = set()
+        reported: dict[tuple[str, str], Finding] = {}
+        last_refresh: dict[tuple[str, str], int] = {}
+        refresh_ns = round(self.refresh_s * s)
         out: list[Observed] = []
         t = step_ns
         while t <= duration_ns:
@@ -224,9 +231,17 @@ class ProbeInstrument:
             for f in tracker.update(findings, t):
                 key = (f.kind, f.subject)
                 if key in reported:
+                    # still open: refresh it every refresh_s under the same id (same kind,
+                    # subject and window start), so the incident knows its symptom persists
+                    if t - last_refresh[key] >= refresh_ns:
+                        last_refresh[key] = t
+                        first = reported[key]
+                        out.append(Observed("probe", replace(first, window=(first.window[0], t)),
+                                            t, id=finding_id("probe", first)))
                     continue
-                reported.add(key)
                 details = {**f.details, "window_s": self.window_s, "rate_pps": self.rate_pps}
-                out.append(Observed("probe", replace(f, details=details), t))
+                reported[key] = replace(f, details=details)
+                last_refresh[key] = t
+                out.append(Observed("probe", reported[key], t))
             t += step_ns
         return out

@@ -21,22 +21,27 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import repeat
 from operator import itemgetter
 
 import numpy as np
 import numpy.typing as npt
 
-from fabricscope.diagnosis.model import Observed
+from fabricscope.diagnosis.model import Observed, finding_id
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.fabric.routing import Routing
 from fabricscope.model.errors import ConfigError
-from fabricscope.model.records import TelemetryEvent
+from fabricscope.model.records import Finding, TelemetryEvent
 from fabricscope.service.instruments import ScenarioSpec
 from fabricscope.sim.clock import SimClock
 from fabricscope.sim.faults import Fault, FaultSchedule
-from fabricscope.telemetry.detectors import DetectorSet, MicroBurstDetector, default_detectors
+from fabricscope.telemetry.detectors import (
+    DetectorSet,
+    FlapDetector,
+    MicroBurstDetector,
+    default_detectors,
+)
 from fabricscope.telemetry.paths import GPath, match, parse_path, schema_name, tags_of
 from fabricscope.twin.state import Twin, TwinConfig, background_load
 
@@ -258,7 +263,8 @@ class TelemetryInstrument:
     def __init__(self, interval_s: float = 10.0, utilization: float = 0.3,
                  heartbeat_intervals: int = 6,
                  detectors: Callable[[], DetectorSet] | None = None, *,
-                 on_events: Callable[[Sequence[TelemetryEvent]], None] | None = None) -> None:
+                 on_events: Callable[[Sequence[TelemetryEvent]], None] | None = None,
+                 refresh_s: float = 30.0) -> None:
         if not interval_s > 0:
             raise ConfigError(f"telemetry instrument: interval_s: must be > 0, got {interval_s!r}")
         if not 0 <= utilization <= 1:
@@ -272,6 +278,7 @@ class TelemetryInstrument:
         self.heartbeat_intervals = heartbeat_intervals
         self.detectors = detectors or self._default_detectors
         self.on_events = on_events
+        self.refresh_s = float(refresh_s)
         self.stats: dict[str, int] = {}
 
     def _default_detectors(self) -> DetectorSet:
@@ -282,6 +289,31 @@ class TelemetryInstrument:
         quiet = int(1.5 * self.interval_s * NS)
         return DetectorSet([MicroBurstDetector(quiet_ns=max(quiet, 2 * NS)) if isinstance(d, MicroBurstDetector)
                             else d for d in default_detectors().detectors])
+
+    def _refreshes(self, detectors: DetectorSet, first: Mapping[tuple[str, str], Finding],
+                   refreshed: dict[tuple[str, str], int], t: int) -> list[Observed]:
+        """Findings whose symptom persists at ``t`` (an episode with evidence in this sample,
+        a port still down), re-reported under their first id every ``refresh_s`` so the
+        correlator can tell a persisting symptom from one that cleared."""
+        persisting: list[tuple[str, str]] = []
+        for d in detectors.detectors:
+            if isinstance(d, FlapDetector):
+                persisting += [("link-down", p) for p in d.down_ports()]
+            evidence_at = getattr(d, "evidence_at", None)  # the episode detectors
+            if evidence_at is not None:
+                kind = str(getattr(d, "kind", ""))
+                kinds = (kind, "queue-buildup") if isinstance(d, MicroBurstDetector) else (kind,)
+                persisting += [(k, s) for s in evidence_at(t) for k in kinds]
+        out: list[Observed] = []
+        step = round(self.refresh_s * NS)
+        for key in persisting:
+            f0 = first.get(key)
+            if f0 is None or t - refreshed.get(key, f0.window[0]) < step or t <= f0.window[0]:
+                continue
+            refreshed[key] = t
+            out.append(Observed("telemetry", replace(f0, window=(f0.window[0], t)), t,
+                                id=finding_id("telemetry", f0)))
+        return out
 
     def twin(self, fabric: Fabric, faults: Sequence[Fault], seed: int,
              clock: SimClock | None = None) -> Twin:
@@ -306,6 +338,8 @@ class TelemetryInstrument:
         last_k = np.zeros(plan.size, dtype=np.int64)
         hb = self.heartbeat_intervals
         out: list[Observed] = []
+        first: dict[tuple[str, str], Finding] = {}
+        refreshed: dict[tuple[str, str], int] = {}
         sent = 0
         n_samples = round(spec.duration_s * NS) // interval_ns
         for k in range(n_samples + 1):
@@ -326,7 +360,11 @@ class TelemetryInstrument:
             events = plan.events(rows, served, t)
             if self.on_events is not None:
                 self.on_events(events)
-            out.extend(Observed("telemetry", f, t) for f in detectors(events))
+            new = detectors(events)
+            out.extend(Observed("telemetry", f, t) for f in new)
+            for f in new:
+                first.setdefault((f.kind, f.subject), f)
+            out.extend(self._refreshes(detectors, first, refreshed, t))
         self.stats = {"leaves": plan.size, "samples": n_samples + 1, "events": sent,
                       "findings": len(out)}
         return out
