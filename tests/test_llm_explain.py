@@ -15,6 +15,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import socket
 import ssl
@@ -32,6 +33,7 @@ from typing import Any
 import pytest
 
 from fabricscope.diagnosis.explain import (
+    answer_resources,
     build_messages,
     evidence_ids,
     resource_mentions,
@@ -87,6 +89,16 @@ def case() -> Case:
     return Case(rmap, ans, ans.to_json(), top.resource, top.explains, lk.b)
 
 
+def _other_port(c: Case) -> str:
+    """A real port of the same switch that the answer never mentions."""
+    dev = c.port.rsplit(":", 1)[0]
+    named = set(answer_resources(c.doc))
+    other = next(p for p in sorted(c.rmap.fabric.ports) if p.startswith(dev + ":")
+                 and p not in named and p != c.port)
+    assert c.rmap.known(other)
+    return other
+
+
 def _good(c: Case) -> str:
     a, b = c.explains[0], c.explains[-1]
     return (f"The most likely root cause is a gray link on the cable {c.resource} [{a}, {b}].\n"
@@ -106,7 +118,7 @@ def test_tokenizer_finds_every_id_shape_and_skips_prose() -> None:
 
 def test_good_reply_is_accepted(case: Case) -> None:
     exp = validate_reply(_good(case), known=case.rmap.known,
-                         evidence_ids=evidence_ids(case.doc))
+                         evidence_ids=evidence_ids(case.doc), allowed=answer_resources(case.doc))
     assert exp.accepted, exp.problems
     assert exp.problems == ()
     assert set(exp.resources) == {case.resource, case.port}
@@ -132,6 +144,7 @@ def test_evidence_ids_are_the_answers_findings(case: Case) -> None:
     ("uncited-claim", "claim without evidence"),
     ("half-unknown-cable", "not in the inventory"),
     ("empty", "empty"),
+    ("real-but-not-in-answer", "which the answer does not mention"),
 ])
 def test_bad_replies_are_rejected(case: Case, bad: str, problem: str) -> None:
     ghost = "leaf-p9-r9-99:eth1"
@@ -145,10 +158,26 @@ def test_bad_replies_are_rejected(case: Case, bad: str, problem: str) -> None:
         "uncited-claim": _good(case) + f" Replace the optic on {case.port}.",
         "half-unknown-cable": f"The cable {case.port}|{ghost} is bad [{case.explains[0]}].",
         "empty": "  \n",
+        "real-but-not-in-answer": _good(case) + f" Optic aging on {_other_port(case)} "
+                                                f"[{case.explains[0]}].",
     }[bad]
-    exp = validate_reply(text, known=case.rmap.known, evidence_ids=ids)
+    exp = validate_reply(text, known=case.rmap.known, evidence_ids=ids,
+                         allowed=answer_resources(case.doc))
     assert not exp.accepted
     assert any(problem in p for p in exp.problems), exp.problems
+
+
+def test_the_answer_names_its_resources_and_their_devices(case: Case) -> None:
+    named = answer_resources(case.doc)
+    assert case.resource in named and case.port in named
+    other = _other_port(case)
+    dev = case.port.rsplit(":", 1)[0]
+    text = f"The switch {dev} sees errors [{case.explains[-1]}]. So does {other} [{case.explains[-1]}]."
+    ids = evidence_ids(case.doc)
+    loose = validate_reply(text, known=case.rmap.known, evidence_ids=ids)
+    strict = validate_reply(text, known=case.rmap.known, evidence_ids=ids, allowed=named)
+    assert loose.accepted  # every id is real and cited...
+    assert strict.problems == (f"names {other!r}, which the answer does not mention",)
 
 
 def test_a_citation_after_the_full_stop_still_counts(case: Case) -> None:
@@ -260,12 +289,15 @@ def test_client_good_reply_is_accepted_and_the_request_is_right(case: Case,
     ("unknown-resource", "not in the inventory"),
     ("unknown-evidence", "not evidence of this answer"),
     ("uncited-claim", "claim without evidence"),
+    ("real-but-not-in-answer", "which the answer does not mention"),
 ])
 def test_client_bad_replies_are_rejected_and_the_answer_stands(case: Case, reply: str,
                                                                problem: str) -> None:
     content = {"unknown-resource": f"The cause is leaf-p9-r9-99:eth1 [{case.explains[0]}].",
                "unknown-evidence": f"The cable {case.resource} is gray [f-000000000000].",
-               "uncited-claim": f"The cable {case.resource} is gray."}[reply]
+               "uncited-claim": f"The cable {case.resource} is gray.",
+               "real-but-not-in-answer": f"Replace {_other_port(case)} [{case.explains[0]}]."
+               }[reply]
     rec = Recorded(content=content)
     notes: list[str] = []
     before = json.dumps(case.answer.to_json(), sort_keys=True)
@@ -407,7 +439,8 @@ def test_real_llama_cpp_server(case: Case, tmp_path: Path) -> None:
                             stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
+        t0 = time.monotonic()
+        deadline = t0 + 90
         while True:
             try:
                 with urllib.request.urlopen(f"{base}/v1/models", timeout=2) as r:
@@ -418,6 +451,7 @@ def test_real_llama_cpp_server(case: Case, tmp_path: Path) -> None:
             assert proc.poll() is None, (tmp_path / "server.log").read_text()[-2000:]
             assert time.monotonic() < deadline, "llama_cpp.server did not start in 90 s"
             time.sleep(0.5)
+        t_up = time.monotonic()
         client = LlmClient(base, MODEL, timeout_s=120)
         said = client.chat([{"role": "user", "content": "Say hello in one word."}],
                            max_tokens=16)
@@ -429,10 +463,12 @@ def test_real_llama_cpp_server(case: Case, tmp_path: Path) -> None:
         assert exp.accepted == (not exp.problems)
         assert bool(notes) == (not exp.accepted)
         if exp.accepted:
-            assert all(case.rmap.known(r) or all(case.rmap.known(p) for p in r.split("|"))
+            assert all(case.rmap.known(r) or all(case.rmap.known(p)
+                                                 for p in re.split(r"->|\|", r))
                        for r in exp.resources)
-        print(f"\nreal model reply (accepted={exp.accepted}): {exp.text!r}\n"
-              f"problems: {list(exp.problems)}")
+        print(f"\nserver up in {t_up - t0:.1f} s, two calls in {time.monotonic() - t_up:.1f} s")
+        print(f"real model reply (accepted={exp.accepted}): {exp.text!r}\n"
+              f"problems: {list(exp.problems)}; notes: {notes}")
     finally:
         proc.terminate()
         proc.wait(10)

@@ -20,6 +20,10 @@ Examples:
   fabricscope diagnose --twin rail-optimized:servers=8 --findings incidents.duckdb --symptom "job slow, host0002 retransmits"
 
   fabricscope diagnose --twin rail-optimized:servers=8 --findings incidents.duckdb --subject leaf-p0-r1-00 --json
+
+  fabricscope diagnose --twin rail-optimized:servers=8 --findings incidents.duckdb --llm http://127.0.0.1:9 --llm-model none   # no server there: the deterministic answer stands, with a note
+
+With --llm, an OpenAI-compatible endpoint writes the explanation from the answer (docs/diagnosis-llm.md); a reply that names a resource the answer does not, cites evidence it does not have, or makes an uncited claim about a resource is rejected, and the deterministic answer stands.
 """
 
 
@@ -44,6 +48,12 @@ def register(app: typer.Typer) -> None:
         until: str | None = typer.Option(None, "--until", help="window end"),
         kb: list[Path] = typer.Option([], "--kb", help="extra knowledge-base folder (repeat)"),
         as_json: bool = typer.Option(False, "--json", help="print the answer as JSON"),
+        llm: str | None = typer.Option(
+            None, "--llm", help="OpenAI-compatible endpoint (llama.cpp server, vLLM, Ollama) to "
+            "write the explanation; off by default; the deterministic answer stands if it fails"),
+        llm_model: str | None = typer.Option(None, "--llm-model", help="model name for --llm"),
+        llm_key_env: str | None = typer.Option(
+            None, "--llm-key-env", help="environment variable holding the endpoint's API key"),
     ) -> None:
         from fabricscope.diagnosis.knowledge import load_kb
         from fabricscope.model.errors import ConfigError
@@ -52,15 +62,33 @@ def register(app: typer.Typer) -> None:
 
         if (inventory is None) == (twin is None):
             raise ConfigError("diagnose: give the inventory: --inventory FILE or --twin SPEC")
+        if llm is not None and not llm_model:
+            raise ConfigError("--llm: give the model name with --llm-model")
         fabric = load_twin_fabric(str(inventory) if inventory is not None else str(twin))
         ans = advise(fabric, Inputs(findings, telemetry, probes, traces), symptom=symptom,
                      subject=subject, since=_time(since, "--since"),
                      until=_time(until, "--until"), kb=load_kb(kb),
                      progress=lambda m: typer.echo(m, err=True))
+        exp = None
+        if llm is not None and llm_model:
+            from fabricscope.diagnosis.graph import ResourceMap
+            from fabricscope.service.llm import LlmClient, explain
+
+            client = LlmClient(llm, llm_model, api_key_env=llm_key_env)
+            exp = explain(ans, symptom, client, ResourceMap(fabric).known, note=ans.notes.append)
         if as_json:
-            typer.echo(json.dumps(ans.to_json(), indent=1))
+            doc = ans.to_json()
+            if exp is not None and llm_model:
+                from fabricscope.service.llm import explanation_to_json
+
+                doc["explanation"] = explanation_to_json(exp, llm_model)
+            typer.echo(json.dumps(doc, indent=1))
         else:
             print_answer(ans, echo=typer.echo)
+            if exp is not None and llm_model:
+                from fabricscope.service.llm import print_explanation
+
+                print_explanation(exp, llm_model, echo=typer.echo)
 
 
 def _time(text: str | None, flag: str) -> int | None:

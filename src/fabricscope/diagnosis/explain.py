@@ -7,7 +7,11 @@ that carry only the evidence, and :func:`validate_reply` decides whether what ca
 shown. A reply is accepted only when
 
 1. every inventory-looking id it names is one the inventory knows (``known``), so a model can
-   never add a resource that does not exist;
+   never add a resource that does not exist; and, when ``allowed`` is given (as
+   :func:`~fabricscope.service.llm.explain` does, with :func:`answer_resources`), one the
+   answer itself names: a real port the answer never mentioned is as much an invention as a
+   port that does not exist (the devices of the answer's ports and the parts of its cables
+   and directions count as named);
 2. every evidence id it cites is one the answer holds (no invented finding ids);
 3. every *claim* carries a citation, where a claim is, simply, a sentence that names a resource
    id: such a sentence must contain at least one bracketed evidence reference ``[f-...]``.
@@ -47,12 +51,13 @@ before it. Pure: no I/O.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
     "Explanation",
+    "answer_resources",
     "build_messages",
     "evidence_ids",
     "explain_context",
@@ -133,13 +138,30 @@ def _short(s: str, n: int = 80) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
-def validate_reply(text: str, *, known: Callable[[str], bool],
-                   evidence_ids: set[str]) -> Explanation:
+def _parts(r: str) -> list[str]:
+    return [p for p in re.split(r"->|\|", r) if p]
+
+
+def _widen(ids: Iterable[str]) -> set[str]:
+    out: set[str] = set()
+    for r in ids:
+        out.add(r)
+        for p in _parts(r):
+            out.add(p)
+            dev = p.rsplit(":", 1)[0]
+            out.add(dev)
+            out.add(dev.split("/", 1)[0])  # a NIC's or GPU's host
+    return out
+
+
+def validate_reply(text: str, *, known: Callable[[str], bool], evidence_ids: set[str],
+                   allowed: Collection[str] | None = None) -> Explanation:
     """Check a model's reply against the inventory and the answer's evidence.
 
     ``known`` says whether an id is in the inventory (e.g.
     :meth:`~fabricscope.diagnosis.graph.ResourceMap.known`); ``evidence_ids`` are the ids the
-    answer holds (:func:`evidence_ids`). Returns an :class:`Explanation` whose ``problems`` list
+    answer holds (:func:`evidence_ids`); ``allowed``, when given, the resources the answer
+    names (:func:`answer_resources`), beyond which the reply may not go. Returns an :class:`Explanation` whose ``problems`` list
     every violation of the three rules of the module docstring (plus an empty reply); it is
     ``accepted`` only when there is none.
     """
@@ -147,10 +169,12 @@ def validate_reply(text: str, *, known: Callable[[str], bool],
     if not text.strip():
         problems.append("the reply is empty")
     mentions = list(dict.fromkeys(resource_mentions(text)))
+    wide = _widen(allowed) if allowed is not None else None
     for r in mentions:
-        parts = [r] if known(r) else re.split(r"->|\|", r)
-        if not all(known(p) for p in parts):
+        if not (known(r) or all(known(p) for p in _parts(r))):
             problems.append(f"names {r!r}, which is not in the inventory")
+        elif wide is not None and not (r in wide or all(p in wide for p in _parts(r))):
+            problems.append(f"names {r!r}, which the answer does not mention")
     refs = list(dict.fromkeys(_EVIDENCE.findall(text)))
     for e in refs:
         if e not in evidence_ids:
@@ -232,6 +256,12 @@ def _render(ctx: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def answer_resources(answer_json: Mapping[str, Any]) -> list[str]:
+    """The resource ids the model is shown (those in :func:`explain_context`), in order."""
+    ctx = explain_context(answer_json)
+    return list(dict.fromkeys(m for s in _strings(ctx) for m in resource_mentions(s)))
+
+
 def build_messages(question: str | None, answer_json: Mapping[str, Any]
                    ) -> list[dict[str, str]]:
     """OpenAI-style chat messages asking a model to explain ``answer_json`` (or to answer
@@ -239,7 +269,7 @@ def build_messages(question: str | None, answer_json: Mapping[str, Any]
     message with the evidence (:func:`explain_context`, as short plain lines that a small
     model reads better than JSON), the resources it names and the evidence ids it holds."""
     ctx = explain_context(answer_json)
-    resources = list(dict.fromkeys(m for s in _strings(ctx) for m in resource_mentions(s)))
+    resources = answer_resources(answer_json)
     ids = sorted(evidence_ids(answer_json))
     user = "\n".join([
         f"Question: {(question or '').strip() or DEFAULT_QUESTION}",

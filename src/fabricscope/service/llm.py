@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from fabricscope.diagnosis.explain import (
     Explanation,
+    answer_resources,
     build_messages,
     evidence_ids,
     validate_reply,
@@ -153,7 +154,8 @@ def explain(answer: _HasJson | Mapping[str, Any], question: str | None, client: 
     answer ``question`` from it, and check the reply.
 
     ``known`` says whether an id is in the inventory (``ResourceMap(fabric).known``). Returns
-    the checked :class:`Explanation` (``accepted`` False when it broke a rule), or None when
+    the checked :class:`Explanation` (``accepted`` False when it broke a rule, including
+    naming a resource the answer does not), or None when
     the endpoint failed; in both failure cases ``note`` gets one line saying why, and the
     caller keeps the deterministic answer.
     """
@@ -164,7 +166,8 @@ def explain(answer: _HasJson | Mapping[str, Any], question: str | None, client: 
         if note is not None:
             note(f"no LLM explanation: {exc}")
         return None
-    exp = validate_reply(text, known=known, evidence_ids=evidence_ids(doc))
+    exp = validate_reply(text, known=known, evidence_ids=evidence_ids(doc),
+                         allowed=answer_resources(doc))
     if not exp.accepted and note is not None:
         note(f"LLM explanation rejected ({len(exp.problems)} problem(s): "
              f"{'; '.join(exp.problems[:3])}); the deterministic answer stands")
