@@ -54,6 +54,7 @@ class Answer:
     window: tuple[int | None, int | None]
     seconds: float
     notes: list[str] = field(default_factory=list)
+    unexplained: list[Observed] = field(default_factory=list)  # findings no incident holds
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -65,6 +66,10 @@ class Answer:
                                          "detail": c.detail} for c in rc.checks]}
                             for i, rc in self.ranked],
             "plan": self.plan, "incidents": [incident_to_json(i) for i in self.incidents],
+            "unexplained_findings": [{"id": o.id, "source": o.source, "kind": o.kind,
+                                      "subject": o.subject, "score": o.finding.score,
+                                      "evidence": list(o.finding.evidence)}
+                                     for o in self.unexplained],
             "notes": self.notes, "seconds": round(self.seconds, 3),
         }
 
@@ -277,13 +282,17 @@ def advise(fabric: Fabric, inputs: Inputs, *, symptom: str | None = None,
             r in area for fid in i.findings for r in _resources_of_finding(rmap, corr, fid))]
     ranked = sorted(((i.id, rc) for i in incidents for rc in i.root_causes),
                     key=lambda x: -x[1].probability)
+    held = {fid for i in corr.incidents() for fid in i.findings}
+    focus_area = _near_focus(rmap, focus) if focus else None
+    unexplained = [o for o in corr.index.items.values() if o.id not in held and (
+        focus_area is None or _resources_of_finding(rmap, corr, o.id) & focus_area)]
     if not found:
         notes.append("no finding in the inputs for this window: nothing to explain")
     elif not ranked:
         notes.append("findings exist but no root cause is supported by them (ambiguous or "
-                     "too little evidence): see the incidents' findings")
+                     "too little evidence): see the unexplained findings")
     return Answer(focus, incidents, ranked, plan_for(kb, ranked), counts, (since, until),
-                  time.perf_counter() - t0, notes)
+                  time.perf_counter() - t0, notes, unexplained)
 
 
 def _resources_of_finding(rmap: ResourceMap, corr: Correlator, fid: str) -> set[str]:
@@ -316,6 +325,12 @@ def print_answer(ans: Answer, *, echo: Callable[[str], None] = print) -> None:
                 echo(f"     checked {c.name}: {c.result} ({c.detail})")
         if rc.action:
             echo(f"     action: {rc.action}")
+    if ans.unexplained:
+        echo("")
+        echo("findings no root cause explains (ambiguous or too little evidence):")
+        for o in ans.unexplained[:10]:
+            echo(f"  {o.source}: {o.kind} on {o.subject} (score {o.finding.score:.2f})"
+                 + (f": {o.finding.evidence[0]}" if o.finding.evidence else ""))
     if ans.plan:
         echo("")
         echo("troubleshooting plan (in order):")
