@@ -144,3 +144,19 @@ def test_nika_scores() -> None:
     assert prf([], []).f1 == 1.0 and prf(["a"], []).f1 == 0.0
     assert micro([s, s]).tp == 2
     assert macro_f1([s]) == pytest.approx(2 * (1 / 3) * 0.5 / (1 / 3 + 0.5))
+
+
+def test_a_symptom_back_after_its_incident_closed_opens_a_new_incident(fabric, kb) -> None:  # type: ignore[no-untyped-def]
+    lk = _uplink(fabric)
+    d = f"{lk.a}->{lk.b}"
+    obs = [Observed("probe", Finding("gray-link", d, 0.95, (30 * NS, 35 * NS)), 35 * NS),
+           # a new episode of the same symptom long after the first incident closed
+           Observed("probe", Finding("gray-link", d, 0.95, (300 * NS, 305 * NS)), 305 * NS)]
+    p = CorrelatorParams(close_after_ns=60 * NS)
+    incs = _run(fabric, kb, obs, until_s=340, params=p).incidents()
+    assert [i.status for i in incs] == ["closed", "open"]
+    assert incs[1].first_symptom_ns == 300 * NS
+    # while an incident is open, a repeated episode only refreshes it
+    again = [obs[0], Observed("probe", Finding("gray-link", d, 0.95, (50 * NS, 55 * NS)), 55 * NS)]
+    incs = _run(fabric, kb, again, until_s=100, params=p).incidents()
+    assert len(incs) == 1 and incs[0].findings == (obs[0].id,)

@@ -113,11 +113,15 @@ class Correlator:
             o = normalize(o, self.rmap.fabric)
             # The same symptom reported again (a new episode of one kind on one subject from
             # one source) refreshes the first report: one symptom, one piece of evidence.
-            first = self._by_symptom.setdefault((o.source, o.kind, o.subject), o.id)
+            key = (o.source, o.kind, o.subject)
+            first = self._by_symptom.setdefault(key, o.id)
             if first != o.id:
                 g = self._groups[self._find(first)]
-                g.last_ns = max(g.last_ns, o.reported_ns)
-                continue
+                if g.incident is None or g.incident.status == "open":
+                    g.last_ns = max(g.last_ns, o.reported_ns)
+                    continue
+                # the symptom is back after its incident closed: a new report, a new incident
+                self._by_symptom[key] = o.id
             prev = self._seen.get(o.id)
             self._seen[o.id] = o
             if prev is not None:
