@@ -133,13 +133,38 @@ def truth_pairs(fabric: Fabric, kb: KnowledgeBase, faults: Iterable[Fault]
 
 
 def coverage_for(instruments: Sequence[Instrument], fabric: Fabric,
-                 covers: Callable[[str, str], bool] | None = None) -> Coverage:
-    """How long each running instrument needs before its silence counts as absence."""
+                 covers: Callable[[str, str], bool] | None = None,
+                 spec: ScenarioSpec | None = None) -> Coverage:
+    """How long each running instrument needs before its silence counts as absence, and what
+    each can see: switch telemetry sees switch ports (and so every cable and switch), the
+    straggler analysis the GPUs, NICs, hosts and access cables of its job; probes and optics
+    see everything."""
     lat: dict[str, int] = {}
     for ins in instruments:
         step = float(getattr(ins, "interval_s", getattr(ins, "step_s", 10.0)))
         lat[ins.name] = int(3 * step * NS)
-    return Coverage(lat, covers)
+    if covers is not None:
+        return Coverage(lat, covers)
+    rmap = ResourceMap(fabric)
+    job: set[str] = set()
+    for ins in instruments:
+        fn = getattr(ins, "job_gpus", None)
+        if fn is not None and spec is not None:
+            for g in fn(spec):
+                job.add(g)
+                for kind in ("nic", "host", "cable"):
+                    job.update(rmap.resources(g, kind))
+
+    def sees(signal: str, resource: str) -> bool:
+        if signal == "straggler":
+            return resource in job
+        if signal == "telemetry" and resource in fabric.ports:
+            return fabric.devices[resource.rsplit(":", 1)[0]].is_switch
+        if signal == "telemetry" and resource in fabric.devices:
+            return fabric.devices[resource].is_switch
+        return True
+
+    return Coverage(lat, sees)
 
 
 @dataclass
@@ -184,7 +209,8 @@ def run_loop(spec: ScenarioSpec, instruments: Sequence[Instrument], *,
         secs[ins.name] = round(time.process_time() - t0, 3)
     found.sort(key=lambda o: (o.reported_ns, o.source, o.id))
     rmap = ResourceMap(spec.fabric)
-    corr = Correlator(rmap, kb, coverage_for(instruments, spec.fabric, covers), params=params)
+    corr = Correlator(rmap, kb, coverage_for(instruments, spec.fabric, covers, spec),
+                      params=params)
     t0 = time.process_time()
     tick = int(tick_s * NS)
     end = int(spec.duration_s * NS)
