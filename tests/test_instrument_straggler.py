@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from fabricscope.diagnosis.model import Observed
@@ -35,7 +37,11 @@ def run(inst: StragglerInstrument, fabric: Fabric, faults: list[Fault], *,
 
 
 def keys(obs: list[Observed]) -> list[tuple[str, str]]:
-    return [(o.kind, o.subject) for o in obs]
+    """(kind, subject) of each distinct finding (refreshes reuse their finding's id)."""
+    seen: dict[str, tuple[str, str]] = {}
+    for o in obs:
+        seen.setdefault(o.id, (o.kind, o.subject))
+    return list(seen.values())
 
 
 def test_is_an_instrument_and_names_its_gpus(inst: StragglerInstrument, fabric: Fabric) -> None:
@@ -63,6 +69,9 @@ def test_slow_nic_of_the_job_is_that_nic_after_onset(inst: StragglerInstrument,
     assert ONSET - 2 * S <= o.finding.window[0] < o.finding.window[1] <= o.reported_ns
     assert o.finding.details["job"] == "twin-train"
     assert o.finding.details["ranks"] == 1
+    # the slow NIC persists to the end: refreshed under its id, at least refresh_s apart
+    ts = [x.reported_ns for x in obs if x.id == o.id]
+    assert len(ts) >= 2 and all(b - a >= inst.refresh_s * S for a, b in itertools.pairwise(ts))
 
 
 def test_slow_gpu_is_found(inst: StragglerInstrument, fabric: Fabric) -> None:

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from fabricscope.diagnosis.model import Observed
+from fabricscope.diagnosis.model import Observed, finding_id
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.model.errors import ConfigError
 from fabricscope.model.records import Finding
@@ -123,7 +123,8 @@ class StragglerInstrument:
 
     def __init__(self, job: TwinJob | None = None, every_iterations: int = 8,
                  window_iterations: int = 32, *, comm: str = "alpha-beta",
-                 job_name: str = "twin-train", options: Options | None = None) -> None:
+                 job_name: str = "twin-train", options: Options | None = None,
+                 refresh_s: float = 30.0) -> None:
         if every_iterations < 1 or window_iterations < 2:
             raise ConfigError(f"straggler instrument: every_iterations must be >= 1 and "
                               f"window_iterations >= 2, got {every_iterations}, "
@@ -137,6 +138,7 @@ class StragglerInstrument:
         self.comm = comm
         self.job_name = job_name
         self.options = options
+        self.refresh_s = float(refresh_s)
 
     def job_for(self, spec: ScenarioSpec) -> TwinJob:
         """The job this instrument runs on ``spec`` (iterations covering the scenario)."""
@@ -176,7 +178,8 @@ class StragglerInstrument:
 
         The analysis at iteration ``k`` sees iterations ``[k - window, k)`` only and is
         reported at the end of iteration ``k - 1`` (scenario time); a (kind, subject) is
-        reported the first time an analysis names it, its window start kept from then.
+        reported the first time an analysis names it, its window start kept from then, and
+        refreshed under that id every ``refresh_s`` while later analyses still name it.
         Iterations that end after the scenario are never analysed.
         """
         job = self.job_for(spec)
@@ -190,7 +193,8 @@ class StragglerInstrument:
         np.maximum.at(it_end, tr.iteration, tr.end)
         done = int(np.searchsorted(it_end - TRACE_T0_NS, round(spec.duration_s * 1e9),
                                    side="right"))
-        reported: set[tuple[str, str]] = set()
+        reported: dict[tuple[str, str], Finding] = {}
+        refreshed: dict[tuple[str, str], int] = {}
         out: list[Observed] = []
         for k in range(self.every, done + 1, self.every):
             lo = max(0, k - self.window)
@@ -199,10 +203,18 @@ class StragglerInstrument:
             t_ns = int(it_end[k - 1]) - TRACE_T0_NS
             for f in rep.findings:
                 key = (f.kind, f.subject)
-                if key in reported:
+                first = reported.get(key)
+                if first is not None:
+                    # named again: refresh it under its first id every refresh_s (the incident
+                    # then knows the straggler persists)
+                    if t_ns - refreshed[key] >= self.refresh_s * 1e9:
+                        refreshed[key] = t_ns
+                        out.append(Observed("straggler", replace(first, window=(
+                            first.window[0], t_ns)), t_ns, id=finding_id("straggler", first)))
                     continue
-                reported.add(key)
-                out.append(Observed("straggler", self._scenario_finding(f, affected, job), t_ns))
+                reported[key] = self._scenario_finding(f, affected, job)
+                refreshed[key] = t_ns
+                out.append(Observed("straggler", reported[key], t_ns))
         return out
 
     def _scenario_finding(self, f: Finding, affected: dict[str, int], job: TwinJob) -> Finding:
