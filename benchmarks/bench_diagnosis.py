@@ -210,6 +210,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if done % max(1, len(scen) // 20) == 0 or done == len(scen):
             print(f"  {done}/{len(scen)} scenarios, {el:.0f} s, ~{el / done * (len(scen) - done):.0f} s left",
                   flush=True)
+            if args.partial:  # what is done so far, for a run that may be cut short
+                import contextlib
+                import io
+                with contextlib.redirect_stdout(io.StringIO()):
+                    part = summarize(rows, args, fabric)
+                Path(args.partial).write_text(json.dumps(part, indent=1, default=str) + "\n")
     out = summarize(rows, args, fabric)
     if args.hours > 0:
         spec = ScenarioSpec(fabric, [], args.hours * 3600.0, args.seed + 99)
@@ -312,6 +318,8 @@ def main() -> None:
     ap.add_argument("--hours", type=float, default=1.0,
                     help="also run this many fault-free simulated hours (0: skip)")
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--partial", default="", help="also write the summary so far to this file "
+                    "every 5%% of the scenarios")
     args = ap.parse_args()
     out = run(args)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
