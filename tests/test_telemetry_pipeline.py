@@ -191,12 +191,18 @@ def test_one_link_down_is_not_a_flap_but_two_transitions_are() -> None:
     oper = "/interfaces/interface/state/oper-status"
     car = "/interfaces/interface/state/counters/carrier-transitions"
     det = FlapDetector()
-    # one transition seen by both leaves of the same port: still one transition
+    # one transition seen by both leaves of the same port: still one transition, so no flap;
+    # the transition to down is reported as such (a link that stays down is never a flap)
     got = det([ev(oper, 0, "UP"), ev(car, 0, 4), ev(oper, 1, "DOWN"), ev(car, 1, 5)])
-    assert got == []
+    assert [(f.kind, f.subject, f.window) for f in got] == [("link-down", "leaf-1:eth1", (NS, NS))]
+    assert det.down_ports() == ["leaf-1:eth1"]
     got = det([ev(oper, 2, "UP"), ev(car, 2, 6)])
     assert [(f.kind, f.subject) for f in got] == [("link-flap", "leaf-1:eth1")]
     assert got[0].window == (1 * NS, 2 * NS)
+    assert det.down_ports() == []
+    # down again: a new link-down, once (a repeated DOWN sample is no new transition)
+    got = det([ev(oper, 3, "DOWN"), ev(oper, 4, "DOWN")])
+    assert [f.kind for f in got].count("link-down") == 1
 
 
 def test_prometheus_sink_serves_exposition_on_loopback() -> None:
