@@ -295,10 +295,18 @@ def _stop_server(p: subprocess.Popen[str], failures: list[str]) -> None:
         failures.append(f"server exited {p.returncode}: {(err or '')[-600:]}")
 
 
+def _default_sigint() -> None:
+    # A user's Ctrl-C reaches a foreground command with SIGINT at its default; a test run
+    # started in the background of a non-interactive shell ignores SIGINT, and an ignored
+    # signal is inherited across exec: give the command what a terminal would.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _run_stream(cmd: str, work: Path, env: dict[str, str]) -> str | None:
     """Run a streaming command for 6 s, then Ctrl-C; None when it behaved, else why not."""
     p = subprocess.Popen(["bash", "-c", _exec(cmd)], cwd=work, env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=_default_sigint)
     try:
         out, err = p.communicate(timeout=6)
         return f"exited {p.returncode} before Ctrl-C: {(out + err).strip()[-600:]}"
