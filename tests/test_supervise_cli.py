@@ -169,3 +169,12 @@ def test_diagnose_refuses_the_wrong_kind_of_store_without_changing_it(
         code, _, err = run_main(capsys, monkeypatch, "diagnose", "--twin", TWIN, flag, str(db))
         assert code == 2 and what in err and "Traceback" not in err, err
     assert tables() == before
+
+
+def test_diagnose_on_an_empty_telemetry_store_is_no_data(tmp_path: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from fabricscope.store.telemetry import TelemetryStore
+
+    db = tmp_path / "empty.duckdb"
+    TelemetryStore(db).close()
+    code, _, err = run_main(capsys, monkeypatch, "diagnose", "--twin", TWIN, "--telemetry", str(db))
+    assert code == 2 and "no telemetry updates" in err and "Traceback" not in err

@@ -20,8 +20,6 @@ from collections.abc import Iterable
 
 from fabricscope.fabric.inventory import Fabric, link_id, port_device
 
-RESOURCE_KINDS: tuple[str, ...] = ("cable", "port", "switch", "nic", "host", "gpu", "job",
-                                   "fabric")
 _GPU = re.compile(r"^(?P<host>.+)/gpu(?P<gpu>\d+)$")
 
 

@@ -105,6 +105,11 @@ def gather(fabric: Fabric, inputs: Inputs, *, since: int | None, until: int | No
                         "written by `gnmi collect`")
         con = open_readonly(p)
         try:
+            row = con.execute("SELECT count(*) FROM telemetry").fetchone()
+            if not row or not row[0]:
+                # no updates at all: no data, not a healthy fabric
+                raise ConfigError(f"--telemetry {p}: the store holds no telemetry updates: "
+                                  "nothing to diagnose from")
             add("telemetry", findings_of(con))
         finally:
             con.close()

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fabricscope.diagnosis.graph import ResourceMap, resource_kind
+from fabricscope.diagnosis.graph import ResourceMap
 from fabricscope.diagnosis.incidents import Correlator, CorrelatorParams
 from fabricscope.diagnosis.knowledge import KnowledgeBase, load_kb
 from fabricscope.diagnosis.model import Incident, Observed
@@ -236,11 +236,6 @@ def run_loop(spec: ScenarioSpec, instruments: Sequence[Instrument], *,
     secs["correlate"] = round(time.process_time() - t0, 3)
     return LoopResult(corr.incidents(), found, corr.named_at(), ticks, spec.duration_s, secs,
                       timeline)
-
-
-def describe_resource(fabric: Fabric, resource: str) -> str:
-    """``cable leaf-01:eth3|spine-02:eth1`` style label for messages."""
-    return f"{resource_kind(fabric, resource)} {resource}"
 
 
 INSTRUMENTS: tuple[str, ...] = ("telemetry", "probe", "straggler", "optics")
