@@ -65,6 +65,7 @@ _COMMAND_MODULES = (
     "fabricscope.cli.supervise",
     "fabricscope.cli.diagnose",
     "fabricscope.cli.incidents",
+    "fabricscope.cli.serve",
 )
 
 

@@ -256,13 +256,23 @@ def advise(fabric: Fabric, inputs: Inputs, *, symptom: str | None = None,
            ) -> Answer:
     """Answer one operator question (see the module docstring)."""
     t0 = time.perf_counter()
-    kb = kb or load_kb()
-    rmap = ResourceMap(fabric)
-    focus = focus_of(rmap, subject, symptom)
     found, counts = gather(fabric, inputs, since=since, until=until, progress=progress)
     if not counts:
         raise ConfigError("diagnose: no input given; pass --findings, --telemetry, --probes "
                           "or --traces")
+    return advise_findings(fabric, found, counts, symptom=symptom, subject=subject,
+                           since=since, until=until, kb=kb, t0=t0)
+
+
+def advise_findings(fabric: Fabric, found: list[Observed], counts: dict[str, int], *,
+                    symptom: str | None = None, subject: str | None = None,
+                    since: int | None = None, until: int | None = None,
+                    kb: KnowledgeBase | None = None, t0: float | None = None) -> Answer:
+    """:func:`advise` over findings already gathered (the console's, a test's)."""
+    t0 = time.perf_counter() if t0 is None else t0
+    kb = kb or load_kb()
+    rmap = ResourceMap(fabric)
+    focus = focus_of(rmap, subject, symptom)
     notes: list[str] = []
     unknown = [o for o in found if not any(rmap.known(m.split("->")[0].split("|")[0])
                                            for m in rmap.members(o.subject))
