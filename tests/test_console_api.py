@@ -63,7 +63,7 @@ def _client(h: ServerHandle, token: str | None = TOKEN) -> httpx.Client:
 @pytest.fixture(scope="module")
 def with_incident(console):  # type: ignore[no-untyped-def]
     """The twin after a gray link was injected at t=30 s and 90 s more were simulated."""
-    state, svc, h = console
+    _, svc, h = console
     assert svc.supervisor is not None
     svc.supervisor.advance_to(30 * NS)
     with _client(h) as c:
@@ -139,7 +139,7 @@ def test_fabric_is_the_inventory(console, fabric) -> None:  # type: ignore[no-un
 
 
 def test_injected_fault_becomes_an_incident_with_its_evidence(with_incident) -> None:  # type: ignore[no-untyped-def]
-    state, _, h = with_incident
+    _, _, h = with_incident
     with _client(h) as c:
         lst = c.get("/api/v1/incidents", params={"status": "open"}).json()
         assert lst["total"] >= 1
@@ -339,7 +339,7 @@ def _serve(args: list[str], tmp_path: Path) -> subprocess.Popen[str]:
 
 def test_serve_refuses_a_public_address_without_tls(tmp_path: Path) -> None:
     p = _serve(["--host", "198.18.0.1", "--port", "0"], tmp_path)
-    out, err = p.communicate(timeout=60)
+    _, err = p.communicate(timeout=60)
     assert p.returncode == 2
     assert "--host 198.18.0.1" in err and "TLS" in err and "Traceback" not in err
 

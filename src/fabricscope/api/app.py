@@ -140,7 +140,7 @@ def create_app(state: ConsoleState, settings: ApiSettings,
                                         headers=headers)
             try:
                 resp = await call_next(request)
-            except Exception:  # noqa: BLE001 - one line to the client, the trace to the log
+            except Exception:
                 log.exception("%s %s failed", request.method, path)
                 resp = JSONResponse({"detail": "internal error (see the server log)"}, 500)
             route = request.scope.get("route")
@@ -471,7 +471,8 @@ def create_app(state: ConsoleState, settings: ApiSettings,
         extra = {"fabricscope_http_requests_total": float(stats.total()),
                  "fabricscope_http_login_failures_total": float(auth.failures),
                  "fabricscope_sse_clients": float(hub.clients)}
-        return Response(render_metrics(state, extra), media_type=CONTENT_TYPE)
+        return Response(render_metrics(state, extra, sinks=svc.sinks.values()),
+                        media_type=CONTENT_TYPE)
 
     static_dir = resources.files("fabricscope.api") / "static"
     app.mount("/static", StaticFiles(directory=str(static_dir)), name="static")

@@ -11,6 +11,7 @@ heartbeat every ``heartbeat_s`` so proxies keep it open and a dead client is not
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -86,10 +87,8 @@ class EventHub:
             msg = sse(kind, {"name": obj})
         loop = self._loop
         if loop is not None and self._clients:
-            try:
+            with contextlib.suppress(RuntimeError):  # loop closed during shutdown
                 loop.call_soon_threadsafe(self._fan_out, msg)
-            except RuntimeError:  # loop closed during shutdown
-                pass
 
     def _fan_out(self, msg: str) -> None:
         for q in list(self._clients):

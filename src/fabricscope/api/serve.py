@@ -124,7 +124,10 @@ def _add_sinks(opts: ServeOptions, state: ConsoleState, svc: ConsoleServices, ur
 
     made: list[tuple[str, Any]] = []
     if opts.alertmanager:
-        made.append(("alertmanager", alerts.AlertmanagerSink(opts.alertmanager, console_url=url)))
+        # twin incidents carry simulated ns: the alert's wall times count from the start
+        base = state.started_s if state.mode == "twin" else 0.0
+        made.append(("alertmanager", alerts.AlertmanagerSink(
+            opts.alertmanager, console_url=url, time_base_s=base, fabric=state.fabric.name)))
     if opts.webhook:
         made.append(("webhook", alerts.WebhookSink(opts.webhook, console_url=url)))
     for name, sink in made:
@@ -132,7 +135,13 @@ def _add_sinks(opts: ServeOptions, state: ConsoleState, svc: ConsoleServices, ur
         state.subscribe(sink)
         if hasattr(sink, "start"):
             sink.start()
-        svc.closers.append(lambda s=sink: s.close(5.0))
+        svc.closers.append(_closer(sink))
+
+
+def _closer(sink: Any) -> Callable[[], None]:
+    def close() -> None:
+        sink.close(5.0)
+    return close
 
 
 def run(opts: ServeOptions, echo: Callable[[str], None] = print) -> int:

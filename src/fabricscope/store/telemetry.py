@@ -211,8 +211,8 @@ class TelemetryStore:
     def count(self, table: str = "telemetry") -> int:
         if table not in ("telemetry", "findings"):
             raise ValueError(table)
-        row = self.con.execute(f"SELECT count(*) FROM {table}").fetchone()
-        return int(row[0]) if row else 0
+        rows = self.con.execute(f"SELECT count(*) FROM {table}").fetchall()  # all: no open result
+        return int(rows[0][0]) if rows else 0
 
     def findings(self) -> list[Finding]:
         return findings_of(self.con)

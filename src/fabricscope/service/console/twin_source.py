@@ -160,8 +160,8 @@ class TwinSupervisor:
         c0 = time.thread_time()
         found: list[Observed] = []
         for ins in self.instruments:
-            if self.views is not None and hasattr(ins, "observer"):
-                ins.observer = self.views.observer(offset, t0)  # type: ignore[attr-defined]
+            if self.views is not None:
+                ins.observer = self.views.observer(offset, t0)
             for o in ins.run(spec):
                 rep = o.reported_ns + offset
                 if t0 < rep <= t1:
@@ -181,7 +181,7 @@ class TwinSupervisor:
         while True:
             with self._lock:
                 nxt = self._now_ns + tick
-                if nxt > sim_ns or self._stop.is_set() and self._thread is not None:
+                if nxt > sim_ns or (self._stop.is_set() and self._thread is not None):
                     return
                 while self._computed_ns < nxt:
                     self._compute()
@@ -215,7 +215,7 @@ class TwinSupervisor:
             target = base + int((self._wall() - w0) * self.settings.speed * NS)
             try:
                 self.advance_to(target)
-            except Exception as exc:  # noqa: BLE001 - reported on /status, retried
+            except Exception as exc:
                 self.failures += 1
                 self.error = f"{type(exc).__name__}: {exc}"
                 self.state.info["supervisor_error"] = self.error

@@ -10,12 +10,14 @@ end); finished results are kept for the last ``keep`` runs. The flow count is ca
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import queue
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,26 +104,32 @@ class WhatIfRunner:
             if run is None:
                 return
             run.status, run.started_s = "running", time.time()
+            def said(msg: str, r: WhatIf = run) -> None:
+                r.progress = msg
+
+            def step(label: str, r: WhatIf = run) -> Callable[[int, int], None]:
+                r.progress = label
+
+                def done(i: int, n: int) -> None:
+                    r.progress = f"{label}: {i}/{n}"
+                return done
+
             try:
-                prep = prepare(run.scenario, max_flows=self.max_flows,
-                               progress=lambda m, r=run: setattr(r, "progress", m))
-                res = run_scenario(prep, record_utilization=False,
-                                   progress=lambda m, r=run: setattr(r, "progress", m))
+                prep = prepare(run.scenario, max_flows=self.max_flows, progress=said)
+                res = run_scenario(prep, record_utilization=False, progress=step)
                 run.table = [{k: v for k, v in row.items()} for row in res.table()]
                 run.comparisons = format_comparisons(res)
                 run.status = "done"
             except (ConfigError, FabricscopeError) as exc:
                 run.status, run.error = "failed", str(exc)
-            except Exception as exc:  # noqa: BLE001 - a failed run is reported, not fatal
+            except Exception as exc:
                 run.status, run.error = "failed", f"{type(exc).__name__}: {exc}"
                 log.exception("what-if %s failed", run.id)
             run.finished_s = time.time()
 
     def close(self, timeout_s: float = 2.0) -> None:
         """Stop the worker after the current run (queued runs are dropped)."""
-        try:
+        with contextlib.suppress(queue.Full):
             self._q.put_nowait(None)
-        except queue.Full:
-            pass
         if self._thread is not None:
             self._thread.join(timeout_s)

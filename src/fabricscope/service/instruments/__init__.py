@@ -13,7 +13,7 @@ detectors, localizers and analyses they run are the production ones.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -36,5 +36,8 @@ class Instrument(Protocol):
     """Runs on one scenario; returns the findings it reported, in reported order."""
 
     name: str
+    #: Called with (kind, payload) for what the instrument saw (the console's views,
+    #: service/console/views.py); None: nothing extra is computed.
+    observer: Callable[[str, object], None] | None
 
     def run(self, spec: ScenarioSpec) -> list[Observed]: ...

@@ -19,6 +19,11 @@ docs/design/diagnosis-instruments-telemetry.md for the values a benchmark should
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
 from fabricscope.diagnosis.model import Observed
 from fabricscope.model.errors import ConfigError
 from fabricscope.optics.dom import DomDetector, DomThresholds
@@ -27,9 +32,43 @@ from fabricscope.service.instruments.telemetry import twin_faults
 from fabricscope.sim.clock import SimClock
 from fabricscope.twin.state import Twin, TwinConfig
 
-__all__ = ["OpticsInstrument"]
+__all__ = ["GRADES", "OpticsInstrument", "dom_grades"]
 
 NS = 1_000_000_000
+I8 = npt.NDArray[np.int8]
+
+#: Grades of a port's optic, best first (codes are the indices): ``good``; ``watch``: a lane
+#: is bad now (own light >= half the drop threshold below baseline, pre-FEC BER over the
+#: detector's fraction of the FEC limit, or rx below the low warning) but no episode is open;
+#: ``degrading``: an ``optic-degrading`` episode is open; ``failing``: an ``optic-rx-low``
+#: episode is open, or some lane's pre-FEC BER is at the FEC correction limit itself.
+GRADES: tuple[str, ...] = ("good", "watch", "degrading", "failing")
+
+
+def dom_grades(det: DomDetector, ports: Sequence[str]) -> I8:
+    """The :data:`GRADES` code of each of ``ports`` from the detector's state after a round.
+
+    Reads the detector's per-port arrays (baseline, latest reading, peer, open episodes,
+    bad-reading runs) without changing them, and applies its own rules (module doc of
+    :mod:`fabricscope.optics.dom`): ``degrading`` / ``failing`` exactly while it holds an
+    episode open; ``watch`` when a lane has a bad reading the episode rule has not yet
+    confirmed (``k`` in a row), or the port's own light (tx drop, or rx drop not explained
+    by the far end's transmitter) is at least half the drop threshold below baseline.
+    """
+    rows = det._rows(ports)
+    th = det.th
+    cur = det._cur[rows]  # (n, 3, lanes): latest rx, tx, ber
+    base = det._base[rows]  # (n, 2, lanes): baseline rx, tx
+    peer = det._peer[rows]
+    with np.errstate(invalid="ignore"):
+        peer_tx_drop = np.where(peer[:, None] >= 0, det._base[peer, 1] - det._cur[peer, 1], 0.0)
+        explained = np.clip(np.nan_to_num(peer_tx_drop, nan=0.0), 0.0, None)
+        own = np.fmax(base[:, 1] - cur[:, 1], base[:, 0] - cur[:, 0] - explained)
+        watch = (np.nan_to_num(own, nan=0.0) >= th.drop_db / 2).any(axis=1)
+        failing = det._open[1, rows] | (np.nan_to_num(cur[:, 2]) >= th.ber_limit).any(axis=1)
+    watch |= (det._run[:, rows] > 0).any(axis=(0, 2))
+    g = np.where(det._open[0, rows], 2, np.where(watch, 1, 0))
+    return np.where(failing, 3, g).astype(np.int8)
 
 
 class OpticsInstrument:
@@ -39,17 +78,28 @@ class OpticsInstrument:
     ``warmup`` polls ``thresholds.baseline_n`` rounds before ``t = 0`` for the baseline.
     Deterministic for a seed (the twin's optics are drawn from ``spec.seed``, like the
     telemetry instrument's twin).
+
+    ``observer`` (optional, also settable as the attribute) gets ``("optics", payload)`` at
+    every round from ``t = 0`` on::
+
+        {"t_ns": t, "ports": port ids, "rx_dbm": F64[n, lanes], "tx_dbm": F64[n, lanes],
+         "temp_c": F64[n] (module temperature: mean over lanes), "grade": I8[n]}
+
+    ``grade`` codes index :data:`GRADES` (:func:`dom_grades`). None (the default) costs
+    nothing.
     """
 
     name = "optics"
 
     def __init__(self, interval_s: float = 60.0, thresholds: DomThresholds | None = None, *,
-                 warmup: bool = True) -> None:
+                 warmup: bool = True,
+                 observer: Callable[[str, object], None] | None = None) -> None:
         if not interval_s > 0:
             raise ConfigError(f"optics instrument: interval_s: must be > 0, got {interval_s!r}")
         self.interval_s = float(interval_s)
         self.thresholds = thresholds or DomThresholds()
         self.warmup = warmup
+        self.observer = observer
         self.stats: dict[str, int] = {}
 
     def run(self, spec: ScenarioSpec) -> list[Observed]:
@@ -74,5 +124,11 @@ class OpticsInstrument:
             found = det.observe(t, ports, twin.field("rx_power_dbm"), twin.field("tx_power_dbm"),
                                 twin.field("pre_fec_ber"))
             out.extend(Observed("optics", f, max(t, 0)) for f in found)
+            if self.observer is not None and t >= 0:
+                self.observer("optics", {
+                    "t_ns": t, "ports": ports, "rx_dbm": twin.field("rx_power_dbm").copy(),
+                    "tx_dbm": twin.field("tx_power_dbm").copy(),
+                    "temp_c": twin.field("temperature_c").mean(axis=1),
+                    "grade": dom_grades(det, ports)})
         self.stats = {"ports": len(ports), "rounds": last - first + 1, "findings": len(out)}
         return out

@@ -11,7 +11,7 @@ and costs: ``docs/design/diagnosis-instruments-probe-straggler.md``.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -31,6 +31,7 @@ from fabricscope.service.probe_twin import (
     to_observations,
 )
 from fabricscope.sim.faults import Fault, FaultSchedule
+from fabricscope.twin.probe_transport import FlowTable
 
 I64 = npt.NDArray[np.int64]
 
@@ -53,6 +54,39 @@ class _Prepared:
 # Meshes are expensive (paths of every planned flow) and large: a small LRU keyed by the
 # fabric's identity (the entry keeps the fabric alive, so the id cannot be reused).
 _MESHES: OrderedDict[tuple[object, ...], _Prepared] = OrderedDict()
+
+
+def pair_counts(obs: Observations, flows: FlowTable, nodes: Sequence[str], *, t_ns: int,
+                t0_ns: int, t1_ns: int, window_ns: int) -> dict[str, object]:
+    """Probes of ``obs`` counted per (source NIC, destination NIC): the probe observer's payload.
+
+    ::
+
+        {"t_ns": t, "t0_ns": t0, "t1_ns": t1, "window_ns": w, "nodes": node ids,
+         "src": I64[p], "dst": I64[p], "sent": I64[p], "lost": I64[p], "rtt_us": F64[p]}
+
+    ``src`` / ``dst`` index ``nodes`` (``fabric.index.node_ids``, what the flow table's
+    node columns index); the probes were sent in
+    ``[t0, t1)`` and their outcome is known at ``t``; ``w`` is the analysis window the
+    instrument uses. ``rtt_us`` is the mean network round trip of the answered probes
+    (receive - send minus the responder's own delay, ``t_resp_tx - t_resp_rx``, the split
+    the responder timestamps exist for), NaN when none was answered.
+    """
+    n = max(len(nodes), 1)
+    pair, inv = np.unique(flows.src_node[obs.flow] * n + flows.dst_node[obs.flow],
+                          return_inverse=True)
+    answered = obs.t_recv_ns >= 0
+    rtt = np.where(answered, (obs.t_recv_ns - obs.t_send_ns)
+                   - (obs.t_resp_tx_ns - obs.t_resp_rx_ns), 0).astype(np.float64) / 1e3
+    sent = np.bincount(inv, minlength=pair.size).astype(np.int64)
+    ok = np.bincount(inv, weights=answered, minlength=pair.size)
+    rsum = np.bincount(inv, weights=rtt, minlength=pair.size)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(ok > 0, rsum / np.maximum(ok, 1), np.nan)
+    return {"t_ns": int(t_ns), "t0_ns": int(t0_ns), "t1_ns": int(t1_ns),
+            "window_ns": int(window_ns), "nodes": nodes,
+            "src": (pair // n).astype(np.int64), "dst": (pair % n).astype(np.int64),
+            "sent": sent, "lost": sent - ok.astype(np.int64), "rtt_us": mean}
 
 
 def probe_faults(faults: Sequence[Fault]) -> list[Fault]:
@@ -140,6 +174,12 @@ class ProbeInstrument:
         scenarios; the scenario's own seed drives drops, jitter and agent phases.
     method, open_after, close_after:
         The localizer (``"map"`` or ``"007"``) and the tracker's hysteresis.
+    observer:
+        Optional ``observer(kind, payload)`` (also settable as the attribute): at every
+        step that carried probes, ``("probes", payload)`` with the per (source NIC,
+        destination NIC) counts of the probes whose outcome became known since the last
+        step (see :func:`pair_counts`); each probe is counted once. None (the default)
+        costs nothing.
     """
 
     name = "probe"
@@ -148,7 +188,8 @@ class ProbeInstrument:
                  background_loss: float = 1e-5, *, window_s: float = 30.0,
                  epoch_s: float | None = None, mesh_seed: int = 0, warmup_s: float = 10.0,
                  method: str = "map", open_after: int = 2, close_after: int = 3,
-                 refresh_s: float = 30.0) -> None:
+                 refresh_s: float = 30.0,
+                 observer: Callable[[str, object], None] | None = None) -> None:
         for field_name, value in (("rate_pps", rate_pps), ("step_s", step_s),
                                   ("window_s", window_s), ("warmup_s", warmup_s)):
             if not value > 0:
@@ -170,6 +211,7 @@ class ProbeInstrument:
         self.open_after = int(open_after)
         self.close_after = int(close_after)
         self.refresh_s = float(refresh_s)
+        self.observer = observer
 
     def prepared(self, fabric: Fabric) -> tuple[TwinMesh, Baseline]:
         """The mesh and baseline for ``fabric`` (built on first use, then cached)."""
@@ -214,6 +256,8 @@ class ProbeInstrument:
         last_refresh: dict[tuple[str, str], int] = {}
         refresh_ns = round(self.refresh_s * s)
         out: list[Observed] = []
+        observer = self.observer
+        nodes = spec.fabric.index.node_ids
         t = step_ns
         while t <= duration_ns:
             known = t - timeout_ns  # a probe sent before this has its outcome by t
@@ -221,6 +265,10 @@ class ProbeInstrument:
                 flow, ts = agents.between(sent_to, known)
                 if flow.size:
                     chunks.append(to_observations(transport.carry(flow, ts), mesh.flows))
+                    if observer is not None:
+                        observer("probes", pair_counts(chunks[-1], mesh.flows, nodes, t_ns=t,
+                                                       t0_ns=sent_to, t1_ns=known,
+                                                       window_ns=window_ns))
                 sent_to = known
             lo = max(0, known - window_ns)
             while chunks and len(chunks[0]) and int(chunks[0].t_send_ns[-1]) < lo:

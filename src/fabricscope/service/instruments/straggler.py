@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
+import numpy.typing as npt
 
 from fabricscope.diagnosis.model import Observed, finding_id
 from fabricscope.fabric.inventory import Fabric
@@ -25,7 +27,7 @@ from fabricscope.sim.faults import Fault
 from fabricscope.sim.workload.placement import Placement, place_ranks
 from fabricscope.straggler.analysis import Options, analyze
 from fabricscope.straggler.devices import DeviceMap, rank_devices
-from fabricscope.straggler.table import OpTable, from_columns
+from fabricscope.straggler.table import COMPUTE, OpTable, from_columns
 from fabricscope.twin.tracegen import (
     TRACE_T0_NS,
     TwinJob,
@@ -33,6 +35,8 @@ from fabricscope.twin.tracegen import (
     generate_trace,
     nominal_iteration_ns,
 )
+
+F64 = npt.NDArray[np.float64]
 
 #: Fault kinds the trace generator turns into slower operators (others are ignored).
 STRAGGLER_FAULT_KINDS = ("slow-gpu", "slow-nic", "link-degraded", "congestion", "switch-fault")
@@ -83,6 +87,32 @@ def _to_trace_time(f: Fault) -> Fault:
                    end_ns=None if f.end_ns is None else TRACE_T0_NS + f.end_ns)
 
 
+def rank_slowdown(tr: TwinTrace, rows: npt.NDArray[np.bool_], world: int, *,
+                  compute: npt.NDArray[np.bool_] | None = None) -> F64:
+    """Each rank's compute time over the operators ``rows`` against its pipeline stage.
+
+    ``rows`` selects operators of the trace; only those of the ``compute`` kind (forward,
+    backward, optimizer: :func:`~fabricscope.straggler.table.op_kind`) count. The result is
+    the ratio of each rank's compute time to the median of the ranks of
+    its stage, so the last stage's heavier workload is not a slow GPU (the reference the
+    straggler analysis uses, docs/design/straggler-localization.md). 1.0 is on par; NaN
+    for a rank without compute in ``rows``. Communication is left out: in a synchronous
+    collective the waiting ranks' operators last as long as the slow one's. ``compute``:
+    the trace's compute mask, when the caller has it already.
+    """
+    comp = rows & (tr.kind == COMPUTE if compute is None else compute)
+    busy = np.bincount(tr.rank[comp], weights=(tr.end[comp] - tr.start[comp]).astype(np.float64),
+                       minlength=world)[:world]
+    stage = np.full(world, -1, dtype=np.int64)
+    stage[tr.rank[comp]] = tr.stage[comp]
+    ref = np.full(world, np.nan)
+    for s in np.unique(stage[stage >= 0]).tolist():
+        m = stage == s
+        ref[m] = np.median(busy[m])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where((stage >= 0) & (ref > 0), busy / ref, np.nan)
+
+
 def _rank_sets(devices: DeviceMap, world: int) -> dict[str, int]:
     """How many of the job's ranks each device name touches (GPU, NIC, access link, host,
     leaf, spine above a leaf)."""
@@ -117,6 +147,11 @@ class StragglerInstrument:
         switches) or ``"engine"`` (flow engine, real ECMP paths, ~10x the cost).
     job_name, options:
         The job's name in findings; the analysis thresholds.
+    observer:
+        Optional ``observer(kind, payload)`` (also settable as the attribute): at every
+        analysis, ``("stragglers", payload)`` with each rank's compute slowdown over the
+        iterations completed since the previous analysis (see :func:`rank_slowdown`).
+        None (the default) costs nothing.
     """
 
     name = "straggler"
@@ -124,7 +159,8 @@ class StragglerInstrument:
     def __init__(self, job: TwinJob | None = None, every_iterations: int = 8,
                  window_iterations: int = 32, *, comm: str = "alpha-beta",
                  job_name: str = "twin-train", options: Options | None = None,
-                 refresh_s: float = 30.0) -> None:
+                 refresh_s: float = 30.0,
+                 observer: Callable[[str, object], None] | None = None) -> None:
         if every_iterations < 1 or window_iterations < 2:
             raise ConfigError(f"straggler instrument: every_iterations must be >= 1 and "
                               f"window_iterations >= 2, got {every_iterations}, "
@@ -139,6 +175,7 @@ class StragglerInstrument:
         self.job_name = job_name
         self.options = options
         self.refresh_s = float(refresh_s)
+        self.observer = observer
 
     def job_for(self, spec: ScenarioSpec) -> TwinJob:
         """The job this instrument runs on ``spec`` (iterations covering the scenario)."""
@@ -196,11 +233,19 @@ class StragglerInstrument:
         reported: dict[tuple[str, str], Finding] = {}
         refreshed: dict[tuple[str, str], int] = {}
         out: list[Observed] = []
+        observer = self.observer
+        gpus = [f"{h}/gpu{g}" for h, g in tr.placement] if observer is not None else []
+        compute = tr.kind == COMPUTE if observer is not None else None
         for k in range(self.every, done + 1, self.every):
             lo = max(0, k - self.window)
             mask = (table.iteration >= lo) & (table.iteration < k)
             rep = analyze(table.take(mask), devices=devices, options=self.options)
             t_ns = int(it_end[k - 1]) - TRACE_T0_NS
+            if observer is not None:
+                new = (tr.iteration >= k - self.every) & (tr.iteration < k)
+                observer("stragglers", {
+                    "t_ns": t_ns, "iterations": (k - self.every, k), "gpus": gpus,
+                    "slowdown": rank_slowdown(tr, new, job.world_size, compute=compute)})
             for f in rep.findings:
                 key = (f.kind, f.subject)
                 first = reported.get(key)

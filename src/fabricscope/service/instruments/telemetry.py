@@ -52,6 +52,7 @@ __all__ = [
     "TWIN_FAULT_KINDS",
     "TelemetryInstrument",
     "detector_leaves",
+    "link_rates",
     "twin_faults",
 ]
 
@@ -230,6 +231,58 @@ def _build_plan(twin: Twin, wanted: frozenset[str] | None) -> _Plan:
     return _Plan(groups, np.array(kinds, dtype=np.int64), np.array(onc, dtype=bool),
                  tuple(targets), tuple(names), tuple(tags))
 
+# Directed-link counters the link payload reads (twin/state.py EDGE_COUNTERS).
+_RATE_FIELDS: tuple[str, ...] = ("out_octets", "out_pkts", "in_errors", "out_discards",
+                                 "out_pause")
+
+
+def link_rates(fabric: Fabric, before: Mapping[str, F64], after: Mapping[str, F64],
+               oper_up: F64, t0_ns: int, t1_ns: int) -> dict[str, object]:
+    """Per-cable rates over ``[t0, t1)`` from two readings of the directed-link counters.
+
+    Returns the ``("links", payload)`` the telemetry instrument's observer gets::
+
+        {"t_ns": t1, "dt_ns": t1 - t0, "utilization": F64[n], "loss": F64[n],
+         "pfc": F64[n], "up": bool[n]}
+
+    indexed like ``fabric.links`` (cable ``i`` is directed links ``2i`` and ``2i + 1`` of
+    ``fabric.index``), each cable the worse of its two directions: utilization = carried
+    bytes / capacity; loss = (receiver in-errors + sender out-discards) / packets sent
+    (0 when nothing was sent); pfc = pause frames per second sent by either end; up = both
+    directions oper-up. Counters are those the switch serves (IF-MIB / OpenConfig
+    ``interfaces`` counters), so the same arithmetic runs on live counters.
+    """
+    dt = (t1_ns - t0_ns) / NS
+    d = {f: after[f] - before[f] for f in _RATE_FIELDS}
+    cap = fabric.index.capacity_bps / 8.0 * dt
+    util = np.divide(d["out_octets"], cap, out=np.zeros_like(cap), where=cap > 0)
+    pkts = d["out_pkts"]
+    lost = d["in_errors"] + d["out_discards"]
+    loss = np.divide(lost, pkts, out=np.zeros_like(pkts), where=pkts > 0)
+    pfc = d["out_pause"] / dt if dt > 0 else np.zeros_like(pkts)
+    return {"t_ns": int(t1_ns), "dt_ns": int(t1_ns - t0_ns),
+            "utilization": util.reshape(-1, 2).max(axis=1),
+            "loss": np.clip(loss, 0.0, 1.0).reshape(-1, 2).max(axis=1),
+            "pfc": pfc.reshape(-1, 2).max(axis=1),
+            "up": oper_up.reshape(-1, 2).min(axis=1) > 0}
+
+
+class _LinkCounters:
+    """The last reading of the directed-link counters, for :func:`link_rates` per sample."""
+
+    def __init__(self, twin: Twin) -> None:
+        self.fabric = twin.fabric
+        self.last: dict[str, F64] | None = None
+        self.t_ns = 0
+
+    def sample(self, twin: Twin, t_ns: int) -> dict[str, object] | None:
+        cur = {f: twin.field(f).copy() for f in _RATE_FIELDS}
+        prev, t0 = self.last, self.t_ns
+        self.last, self.t_ns = cur, t_ns
+        if prev is None or t_ns <= t0:
+            return None
+        return link_rates(self.fabric, prev, cur, twin.field("oper_up"), t0, t_ns)
+
 
 class TelemetryInstrument:
     """Switch telemetry of the twin through the production detectors, on the simulated clock.
@@ -252,6 +305,12 @@ class TelemetryInstrument:
         demo's subscription is.
     on_events:
         Called with every sample's events, in time order (a store or sink of the raw stream).
+    observer:
+        Optional ``observer(kind, payload)`` (also settable as the attribute): what the
+        instrument saw, for the console's views (:mod:`fabricscope.service.console.views`).
+        Per sample, ``("telemetry", list[TelemetryEvent])`` (the events the detectors got)
+        and, from the second sample on, ``("links", payload)`` with the per-cable rates of
+        the interval just ended (see :func:`link_rates`). None (the default) costs nothing.
 
     Oper-status (ON_CHANGE) is checked at every sample: the twin's state is defined at its
     steps, so a flap faster than the interval shows in ``carrier-transitions``, not in
@@ -264,7 +323,8 @@ class TelemetryInstrument:
                  heartbeat_intervals: int = 6,
                  detectors: Callable[[], DetectorSet] | None = None, *,
                  on_events: Callable[[Sequence[TelemetryEvent]], None] | None = None,
-                 refresh_s: float = 30.0) -> None:
+                 refresh_s: float = 30.0,
+                 observer: Callable[[str, object], None] | None = None) -> None:
         if not interval_s > 0:
             raise ConfigError(f"telemetry instrument: interval_s: must be > 0, got {interval_s!r}")
         if not 0 <= utilization <= 1:
@@ -279,6 +339,7 @@ class TelemetryInstrument:
         self.detectors = detectors or self._default_detectors
         self.on_events = on_events
         self.refresh_s = float(refresh_s)
+        self.observer = observer
         self.stats: dict[str, int] = {}
 
     def _default_detectors(self) -> DetectorSet:
@@ -342,6 +403,8 @@ class TelemetryInstrument:
         refreshed: dict[tuple[str, str], int] = {}
         sent = 0
         n_samples = round(spec.duration_s * NS) // interval_ns
+        observer = self.observer
+        counters = _LinkCounters(twin) if observer is not None else None
         for k in range(n_samples + 1):
             t = k * interval_ns
             clock.set(t)
@@ -360,6 +423,11 @@ class TelemetryInstrument:
             events = plan.events(rows, served, t)
             if self.on_events is not None:
                 self.on_events(events)
+            if observer is not None and counters is not None:
+                observer("telemetry", events)
+                rates = counters.sample(twin, t)
+                if rates is not None:
+                    observer("links", rates)
             new = detectors(events)
             out.extend(Observed("telemetry", f, t) for f in new)
             for f in new:
