@@ -62,8 +62,8 @@ def register(app: typer.Typer) -> None:
                                                  help="DuckDB file for the twin's telemetry "
                                                       "(default: in memory)"),
     ) -> None:
-        from fabricscope.api.server import TlsFiles
         from fabricscope.api.serve import ServeOptions, run
+        from fabricscope.api.server import TlsFiles
         from fabricscope.model.errors import ConfigError
 
         if (tls_cert is None) != (tls_key is None):
