@@ -18,7 +18,8 @@ upper bound of what a remote client sees):
 * time to the page on the embedded twin: ``--faults`` faults of several kinds injected at
   different simulated times on the live twin (``TwinSupervisor``, the supervisor of
   ``fabricscope serve``); the simulated time from injection until ``GET /api/v1/incidents``
-  lists an incident naming the fault's resource.
+  lists an incident naming the fault's resource (a slow GPU is one of the training job's:
+  outside the job no instrument sees it).
 """
 
 from __future__ import annotations
@@ -201,6 +202,11 @@ def bench_sse(args: argparse.Namespace, fabric: Any) -> dict[str, Any]:
 def bench_time_to_page(args: argparse.Namespace) -> dict[str, Any]:
     fabric = build_fabric("rail-optimized", {"servers": args.servers}, source="bench")
     rng = np.random.default_rng(3)
+    from fabricscope.service.instruments import ScenarioSpec
+    from fabricscope.service.instruments.straggler import StragglerInstrument
+
+    # the training job's GPUs: a slow GPU outside the job is seen by no instrument
+    job = StragglerInstrument().job_gpus(ScenarioSpec(fabric, [], 60.0))
     rows = []
     for k in range(args.faults):
         kind = FAULTS[k % len(FAULTS)]
@@ -214,7 +220,7 @@ def bench_time_to_page(args: argparse.Namespace) -> dict[str, Any]:
             "gray-loss": (f"gray-loss:{a}->{b},loss=0.03", port.id),
             "pfc-storm": (f"pfc-storm:{a}", a),
             "link-down": (f"link-down:{port.id}", port.id),
-            "slow-gpu": (f"slow-gpu:{host}/gpu{nic}", f"{host}/gpu{nic}"),
+            "slow-gpu": (f"slow-gpu:{job[k % len(job)]}", job[k % len(job)]),
             "nic-fault": (f"nic-fault:{host}/nic{nic}", f"{host}/nic{nic}"),
         }[kind]
         state, svc = build_twin_console(fabric, views=False)

@@ -11,7 +11,7 @@ command is stated here and nowhere else:
 * ``$D`` is the shared datasets folder; an example that reads it is skipped (with the
   reason) where the datasets are absent, as the dataset tests are;
 * a code block with shell constructs (a loop, a variable) runs as one script;
-* a server example (``gnmi serve-twin`` without ``--duration``) is started in the background
+* a server example (``gnmi serve-twin`` without ``--duration``, ``serve``) is started in the background
   for the rest of its session (a later server replaces it) and stopped with SIGTERM at the
   end (exit 0 or 143 expected);
 * a command that streams until stopped (``gnmi subscribe``, ``gnmi collect`` or ``probe
@@ -203,6 +203,8 @@ def _skip_reason(cmd: str) -> str | None:
 
 
 def _is_server(cmd: str) -> bool:
+    if re.search(r"^fabricscope serve\b", cmd):
+        return "--help" not in cmd
     return bool(re.search(r"\bgnmi serve-twin\b", cmd)) and "--duration" not in cmd
 
 
@@ -222,8 +224,10 @@ def _lab_prefixes(cmd: str) -> set[str]:
 
 
 def _port_of(cmd: str) -> int:
-    m = re.search(r"--address[ =]\S*:(\d+)", cmd)
-    return int(m.group(1)) if m else 9339
+    m = re.search(r"--address[ =]\S*:(\d+)", cmd) or re.search(r"--port[ =](\d+)", cmd)
+    if m:
+        return int(m.group(1))
+    return 8765 if re.search(r"^fabricscope serve\b", cmd) else 9339
 
 
 def _wait_port(port: int, proc: subprocess.Popen[str], timeout: float = 60) -> None:
@@ -253,6 +257,7 @@ def _env(work: Path) -> dict[str, str]:
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env["COLUMNS"] = "100"
     env["D"] = str(DATASETS)
+    env["XDG_CONFIG_HOME"] = str(work / ".config")  # `serve` writes its token file there
     env["FABRICSCOPE_GNMI_PASSWORD"] = "s3cret-test"
     env["GNMI_PASSWORD"] = "s3cret-test"
     return env

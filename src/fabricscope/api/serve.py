@@ -1,9 +1,9 @@
 """``fabricscope serve``: compose the console (twin supervisor, alert sinks, API, UI) and run it.
 
 Credentials: the token comes from ``--token-file`` (created with a random token, mode 0600,
-when it does not exist), else the environment variable ``--token-env`` names, else a file
-under ``~/.config/fabricscope/``. The token is never printed or logged; the startup line says
-which file holds it. Binding: loopback by default; another address needs TLS
+when it does not exist), else the environment variable ``token_env`` names, else
+``$XDG_CONFIG_HOME/fabricscope/console.token`` (``~/.config/...``). The token is never
+printed or logged; the startup line says which file holds it. Binding: loopback by default; another address needs TLS
 (``--tls-cert/--tls-key``) or ``--insecure``, because the token would cross the network in
 clear text otherwise.
 """
@@ -30,7 +30,10 @@ from fabricscope.telemetry.target import is_loopback
 
 log = logging.getLogger("fabricscope.serve")
 
-DEFAULT_TOKEN_FILE = Path("~/.config/fabricscope/console.token")
+def default_token_file() -> Path:
+    """``$XDG_CONFIG_HOME/fabricscope/console.token`` (``~/.config`` when unset)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path("~/.config").expanduser())
+    return Path(base) / "fabricscope" / "console.token"
 
 
 @dataclass
@@ -66,7 +69,7 @@ def load_token(opts: ServeOptions, echo: Callable[[str], None]) -> tuple[str, st
                 raise ConfigError(f"${opts.token_env}: the token must have at least 16 "
                                   f"characters, it has {len(env)}")
             return env, f"${opts.token_env}"
-    path = (opts.token_file or DEFAULT_TOKEN_FILE).expanduser()
+    path = (opts.token_file or default_token_file()).expanduser()
     if path.exists():
         try:
             tok = path.read_text().strip()
