@@ -378,3 +378,38 @@ def test_serve_runs_the_twin_live_and_stops_within_its_deadline(tmp_path: Path) 
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_hostile_clients_are_cut_off(fabric) -> None:  # type: ignore[no-untyped-def]
+    """A connection that sends nothing or half its headers is closed at the header deadline;
+    a body over the cap is a 413 (by Content-Length or counted while it streams)."""
+    import socket
+
+    state = ConsoleState(fabric)
+    h = start_server(create_app(state, ApiSettings(token=TOKEN), ConsoleServices()),
+                     header_timeout_s=1.0)
+    port = int(h.url.rsplit(":", 1)[1])
+    try:
+        for first in (b"", b"GET /api/v1/status HTTP/1.1\r\nHost: x\r\n"):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                if first:
+                    s.sendall(first)
+                t0 = time.monotonic()
+                assert s.recv(100) == b""  # closed by the server, not by our timeout
+                assert time.monotonic() - t0 < 5
+        with _client(h) as c:
+            assert c.get("/api/v1/status").status_code == 200  # still serving
+            big = b"x" * (1 << 20 + 1)
+            r = c.post("/api/v1/advise", content=big,
+                       headers={"Content-Type": "application/json"})
+            assert r.status_code == 413 and "larger than" in r.json()["detail"]
+
+            def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it streams
+                for _ in range(40):
+                    yield b"y" * 65536
+
+            r = c.post("/api/v1/advise", content=chunks(),
+                       headers={"Content-Type": "application/json"})
+            assert r.status_code == 413
+    finally:
+        h.stop()

@@ -50,6 +50,55 @@ class ApiSettings:
     max_sse_clients: int = 1000
 
 
+#: Largest request body accepted (a what-if scenario, an advisor question): 1 MiB.
+MAX_BODY = 1 << 20
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a request body over ``max_bytes`` (by Content-Length, or
+    counted as it streams in), so no request can make the server buffer without bound. The
+    body is read here (at most ``max_bytes`` held) and replayed to the app."""
+
+    def __init__(self, app: Any, max_bytes: int = MAX_BODY) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        cl = dict(scope.get("headers") or ()).get(b"content-length")
+        if cl is not None and (not cl.isdigit() or int(cl) > self.max_bytes):
+            await self._refuse(send)
+            return
+        held: list[Any] = []
+        seen = 0
+        while True:
+            msg = await receive()
+            held.append(msg)
+            if msg["type"] != "http.request":
+                break
+            seen += len(msg.get("body", b""))
+            if seen > self.max_bytes:
+                await self._refuse(send)
+                return
+            if not msg.get("more_body", False):
+                break
+
+        async def replay() -> Any:
+            return held.pop(0) if held else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Any) -> None:
+        body = (b'{"detail":"request body: larger than %d bytes"}' % self.max_bytes)
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+
 def _bad(param: str, value: object, why: str) -> HTTPException:
     return HTTPException(400, f"{param}: {why}, got {value!r}")
 
@@ -150,6 +199,7 @@ def create_app(state: ConsoleState, settings: ApiSettings,
             return resp
 
     app.add_middleware(AuthMiddleware)
+    app.add_middleware(BodyLimit)  # outermost: counts the bytes before anything reads them
 
     @app.exception_handler(FabricscopeError)
     async def _fs_error(_request: Request, exc: FabricscopeError) -> JSONResponse:

@@ -8,6 +8,7 @@ certificate it signed (mTLS, ``ssl.CERT_REQUIRED``). The listening socket is bou
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import ssl
@@ -18,8 +19,59 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from fabricscope.model.errors import ConfigError, TransportError
+
+#: Seconds a client has to send a request's headers, from its connection or the end of its
+#: last response; past that the connection is closed (a slow-loris client cannot pin one).
+HEADER_TIMEOUT_S = 10.0
+
+
+class DeadlineH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a deadline on each request's headers.
+
+    uvicorn closes an idle keep-alive connection after ``timeout_keep_alive`` but sets no
+    timer on a fresh connection and none while headers trickle in, so a client that connects
+    and sends nothing (or half a request) holds a connection forever (measured: > 70 s).
+    """
+
+    header_timeout_s = HEADER_TIMEOUT_S
+    _hdr_task: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._hdr_task = self.loop.call_later(self.header_timeout_s, self._expired)
+
+    def _disarm(self) -> None:
+        if self._hdr_task is not None:
+            self._hdr_task.cancel()
+            self._hdr_task = None
+
+    def _expired(self) -> None:
+        self._hdr_task = None
+        idle = self.cycle is None or self.cycle.response_complete
+        if idle and not self.transport.is_closing():
+            self.transport.close()
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self.cycle is not None and not self.cycle.response_complete:
+            self._disarm()  # the headers are in: the request is the app's now
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and (self.cycle is None
+                                                or self.cycle.response_complete):
+            self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,13 +99,22 @@ class TlsFiles:
                               + f": not a usable certificate / key: {exc}") from None
 
 
-def _config(app: Any, tls: TlsFiles | None, graceful_s: float) -> uvicorn.Config:
+def _config(app: Any, tls: TlsFiles | None, graceful_s: float,
+            header_timeout_s: float = HEADER_TIMEOUT_S) -> uvicorn.Config:
     kw: dict[str, Any] = {}
+    proto: type[DeadlineH11Protocol] = DeadlineH11Protocol
+    if header_timeout_s != HEADER_TIMEOUT_S:
+        class Custom(DeadlineH11Protocol):
+            pass
+
+        Custom.header_timeout_s = header_timeout_s
+        proto = Custom
     if tls is not None:
         kw = {"ssl_certfile": str(tls.cert), "ssl_keyfile": str(tls.key)}
         if tls.client_ca is not None:
             kw.update(ssl_ca_certs=str(tls.client_ca), ssl_cert_reqs=ssl.CERT_REQUIRED)
     return uvicorn.Config(app, log_config=None, access_log=False, lifespan="on",
+                          http=proto, h11_max_incomplete_event_size=16 * 1024,
                           timeout_graceful_shutdown=max(1, int(graceful_s)),
                           limit_concurrency=2000, timeout_keep_alive=30, **kw)
 
@@ -91,11 +152,12 @@ class ServerHandle:
 
 
 def start_server(app: Any, host: str = "127.0.0.1", port: int = 0,
-                 tls: TlsFiles | None = None, *, graceful_s: float = 3.0) -> ServerHandle:
+                 tls: TlsFiles | None = None, *, graceful_s: float = 3.0,
+                 header_timeout_s: float = HEADER_TIMEOUT_S) -> ServerHandle:
     """Serve ``app`` from a background thread; returns once it accepts connections."""
     sock = bind(host, port)
     real_port = sock.getsockname()[1]
-    server = uvicorn.Server(_config(app, tls, graceful_s))
+    server = uvicorn.Server(_config(app, tls, graceful_s, header_timeout_s))
     t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="console-http",
                          daemon=True)
     t.start()
