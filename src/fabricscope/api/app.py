@@ -336,11 +336,14 @@ def create_app(state: ConsoleState, settings: ApiSettings,
 
     # -- telemetry ----------------------------------------------------------------------
     def _cursor() -> Any:
-        if svc.telemetry is None:
+        try:
+            con = svc.open_telemetry()
+        except FabricscopeError as exc:  # the store is briefly held, or gone
+            raise HTTPException(503, f"telemetry: {exc}") from None
+        if con is None:
             raise HTTPException(404, "telemetry: no telemetry store in this console "
-                                     "(serve --telemetry-db, or the twin)")
-        with svc.telemetry_lock:
-            return svc.telemetry.cursor()
+                                     "(serve --config with sources.telemetry, or the twin)")
+        return con
 
     @app.get("/api/v1/telemetry/names", tags=["telemetry"])
     def telemetry_names() -> dict[str, Any]:
@@ -478,7 +481,7 @@ def create_app(state: ConsoleState, settings: ApiSettings,
         return {"answer": ans.to_json()}
 
     def _supervisor() -> Any:
-        if svc.supervisor is None:
+        if svc.supervisor is None or not hasattr(svc.supervisor, "inject"):
             raise HTTPException(404, "twin: this console does not run the twin")
         return svc.supervisor
 

@@ -24,7 +24,7 @@ from fabricscope.api.server import TlsFiles, bind, serve_forever
 from fabricscope.model.errors import ConfigError
 from fabricscope.service.console.services import ConsoleServices, build_twin_console
 from fabricscope.service.console.state import ConsoleState
-from fabricscope.service.console.twin_source import TwinSettings
+from fabricscope.service.console.twin_source import TwinSettings, TwinSupervisor
 from fabricscope.service.supervise_twin import load_twin_fabric, parse_time_s
 from fabricscope.telemetry.target import is_loopback
 
@@ -41,6 +41,7 @@ class ServeOptions:
     """Everything ``serve`` takes (the CLI fills it)."""
 
     twin: str = "rail-optimized:servers=8"
+    config: Path | None = None  # live sources (service/console/store_source.py)
     faults: Sequence[str] = ()
     speed: float = 1.0
     seed: int = 0
@@ -104,15 +105,28 @@ def build(opts: ServeOptions, echo: Callable[[str], None]
                           "or --insecure to serve anyway")
     if opts.tls is not None:
         opts.tls.check()
-    token, where = load_token(opts, echo)
-    fabric = load_twin_fabric(opts.twin)
-    settings = TwinSettings(speed=opts.speed, seed=opts.seed,
-                            segment_s=parse_time_s(opts.segment, source="--segment"),
-                            warmup_s=parse_time_s(opts.warmup, source="--warmup"))
-    state, svc = build_twin_console(fabric, settings=settings, telemetry_db=opts.telemetry_db)
-    assert svc.supervisor is not None
-    for i, f in enumerate(opts.faults):
-        svc.supervisor.inject(f, source=f"--fault {i + 1}")
+    if opts.config is not None:
+        from fabricscope.service.console.services import build_live_console
+        from fabricscope.service.console.store_source import read_live_config
+
+        if opts.faults:
+            raise ConfigError("--fault: faults are injected on the twin; with --config the "
+                              "console follows live sources")
+        cfg = read_live_config(opts.config)
+        token, where = load_token(opts, echo)
+        state, svc = build_live_console(cfg)
+    else:
+        token, where = load_token(opts, echo)
+        fabric = load_twin_fabric(opts.twin)
+        settings = TwinSettings(speed=opts.speed, seed=opts.seed,
+                                segment_s=parse_time_s(opts.segment, source="--segment"),
+                                warmup_s=parse_time_s(opts.warmup, source="--warmup"))
+        state, svc = build_twin_console(fabric, settings=settings,
+                                        telemetry_db=opts.telemetry_db)
+        sup = svc.supervisor
+        assert isinstance(sup, TwinSupervisor)
+        for i, f in enumerate(opts.faults):
+            sup.inject(f, source=f"--fault {i + 1}")
     scheme = "https" if opts.tls is not None else "http"
     url = opts.public_url or f"{scheme}://{opts.host}:{opts.port}"
     _add_sinks(opts, state, svc, url)
@@ -154,8 +168,10 @@ def run(opts: ServeOptions, echo: Callable[[str], None] = print) -> int:
     port = sock.getsockname()[1]
     scheme = "https" if opts.tls is not None else "http"
     shown = f"[{opts.host}]" if ":" in opts.host else opts.host
-    echo(f"fabricscope console on {scheme}://{shown}:{port}/ (twin {state.fabric.name}, "
-         f"{opts.speed:g}x real time; API token in {where}; Ctrl-C stops)")
+    what = (f"live sources of {opts.config}, fabric {state.fabric.name}" if opts.config
+            else f"twin {state.fabric.name}, {opts.speed:g}x real time")
+    echo(f"fabricscope console on {scheme}://{shown}:{port}/ ({what}; API token in {where}; "
+         "Ctrl-C stops)")
     assert svc.supervisor is not None
     svc.supervisor.start()
     t0 = time.monotonic()

@@ -16,7 +16,9 @@ Starts the supervisor on a digital twin of FABRIC (instruments -> findings -> in
 
 Security: every /api and /metrics request needs `Authorization: Bearer TOKEN` (or basic auth, user `fabricscope`). The token is read from --token-file (created with a random token, mode 600, when missing), or from $FABRICSCOPE_TOKEN, or $XDG_CONFIG_HOME/fabricscope/console.token (~/.config/...); it is never printed. Failed logins are logged and throttled (429 after 5 in a minute). The server listens on 127.0.0.1; another --host needs --tls-cert/--tls-key (or --insecure). --tls-client-ca requires client certificates (mTLS).
 
-Inject faults while it runs from the UI's API (POST /api/v1/twin/faults) or at start with --fault KIND:SUBJECT[@START[-END]][,KEY=VALUE] (times from now; kinds as in `supervise --help`).
+Live sources instead of the twin: --config console.yaml names the inventory and the stores the live tools write (`gnmi collect` with a duckdb sink, read while it writes; a diagnosis store); the console polls them, diagnoses what is new and serves it the same way (docs/console.md).
+
+On the twin, inject faults while it runs from the UI's API (POST /api/v1/twin/faults) or at start with --fault KIND:SUBJECT[@START[-END]][,KEY=VALUE] (times from now; kinds as in `supervise --help`).
 
 Alerts: --alertmanager URL posts incidents to Alertmanager's v2 API (resolved when they close); --webhook URL posts each change as JSON.
 
@@ -37,6 +39,10 @@ def register(app: typer.Typer) -> None:
     def serve_cmd(
         twin: str = typer.Option("rail-optimized:servers=8", "--twin",
                                  help="inventory file or builder spec of the twin"),
+        config: Path | None = typer.Option(None, "--config",
+                                           help="live sources (YAML: inventory, sources."
+                                                "telemetry / sources.findings stores, poll) "
+                                                "instead of the twin"),
         fault: list[str] = typer.Option([], "--fault", help="fault to inject at start (repeat)"),
         speed: float = typer.Option(1.0, "--speed", help="simulated seconds per wall second"),
         seed: int = typer.Option(0, "--seed", help="twin noise seed"),
@@ -72,7 +78,7 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("--tls-client-ca: also give --tls-cert/--tls-key (mTLS is TLS)")
         tls = (TlsFiles(tls_cert, tls_key, tls_client_ca)
                if tls_cert is not None and tls_key is not None else None)
-        opts = ServeOptions(twin=twin, faults=fault, speed=speed, seed=seed, host=host,
+        opts = ServeOptions(twin=twin, config=config, faults=fault, speed=speed, seed=seed, host=host,
                             port=port, token_file=token_file, user=user, tls=tls,
                             insecure=insecure, public_url=public_url, alertmanager=alertmanager,
                             webhook=webhook, telemetry_db=telemetry_db)

@@ -51,6 +51,8 @@ function announce(text) { $("#announce").textContent = text; }
 /** Simulated (or wall) nanoseconds as seconds, e.g. "12.345 s". */
 function fmtNs(ns) {
   if (ns === null || ns === undefined) return "–";
+  // live sources: nanoseconds since the epoch (after 2001) -> UTC date and time
+  if (Math.abs(ns) > 1e18) return new Date(ns / 1e6).toISOString().replace("T", " ").slice(0, 19) + " UTC";
   const s = ns / NS;
   if (Math.abs(s) >= 3600) return `${Math.floor(s / 3600)}h ${fmtFixed((s % 3600) / 60, 0)}m`;
   return `${fmtFixed(s, Math.abs(s) >= 100 ? 1 : 3)} s`;
@@ -165,6 +167,7 @@ const live = { simNs: 0 };
 function renderStatus(st) {
   $("#h-fabric").textContent = st.fabric ?? "–";
   $("#h-mode").textContent = st.mode ?? "–";
+  $("#h-time-label").textContent = st.mode === "twin" ? "Simulated time" : "Time";
   setSimTime(st.sim_ns ?? 0);
   $("#h-open").textContent = String(st.incidents_open ?? 0);
   if (st.version) $("#h-version").textContent = `fabricscope ${st.version}`;

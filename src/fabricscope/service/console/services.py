@@ -14,6 +14,7 @@ import duckdb
 from fabricscope.diagnosis.knowledge import KnowledgeBase, load_kb
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.service.console.state import ConsoleState
+from fabricscope.service.console.store_source import LiveConfig, StoreSupervisor
 from fabricscope.service.console.twin_source import TwinSettings, TwinSupervisor
 from fabricscope.service.console.whatif import WhatIfRunner
 
@@ -23,12 +24,23 @@ class ConsoleServices:
     """Optional collaborators of the API (each None when not running)."""
 
     kb: KnowledgeBase = field(default_factory=load_kb)
-    supervisor: TwinSupervisor | None = None
+    supervisor: TwinSupervisor | StoreSupervisor | None = None
     whatif: WhatIfRunner | None = None
-    telemetry: duckdb.DuckDBPyConnection | None = None  # the telemetry store (DuckDB)
+    telemetry: duckdb.DuckDBPyConnection | None = None  # twin: the reader connection
+    telemetry_open: Callable[[], duckdb.DuckDBPyConnection] | None = None  # live: per query
     telemetry_lock: threading.Lock = field(default_factory=threading.Lock)
     sinks: dict[str, Any] = field(default_factory=dict)  # alert sinks by receiver name
     closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def open_telemetry(self) -> duckdb.DuckDBPyConnection | None:
+        """A connection to the telemetry store for one query (the caller closes it), or
+        None when this console has none."""
+        if self.telemetry_open is not None:
+            return self.telemetry_open()
+        if self.telemetry is not None:
+            with self.telemetry_lock:
+                return self.telemetry.cursor()
+        return None
 
     def close(self) -> None:
         """Stop what runs (supervisor, what-if worker, sinks) and close the store."""
@@ -64,3 +76,17 @@ def build_twin_console(fabric: Fabric, *, settings: TwinSettings | None = None,
                           telemetry=store.con.cursor())
     svc.closers.append(store.close)
     return state, svc
+
+
+def build_live_console(cfg: LiveConfig, *, kb: KnowledgeBase | None = None
+                       ) -> tuple[ConsoleState, ConsoleServices]:
+    """The state and services of ``serve --config`` (live sources; not started)."""
+    from fabricscope.fabric.io import read_fabric
+
+    kb = kb or load_kb()
+    fabric = read_fabric(cfg.inventory)
+    state = ConsoleState(fabric, mode="live")
+    sup = StoreSupervisor(state, fabric, cfg, kb=kb)
+    return state, ConsoleServices(
+        kb=kb, supervisor=sup, whatif=WhatIfRunner(),
+        telemetry_open=sup.open_telemetry if cfg.telemetry_db is not None else None)
