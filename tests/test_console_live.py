@@ -99,12 +99,13 @@ poll: 1s
                         str(tok)], tmp_path)
         procs.append(serve)
         assert serve.stderr is not None
-        url = ""
+        url, said = "", []
         for line in serve.stderr:
+            said.append(line)
             if line.startswith("fabricscope console on "):
                 url = line.split()[3].rstrip("/")
                 break
-        assert url, "no startup line"
+        assert url, f"no startup line: {''.join(said)}"
         assert "live sources of console.yaml" in line
         hdr = {"Authorization": f"Bearer {tok.read_text().strip()}"}
         hit: list[dict[str, object]] = []
@@ -141,8 +142,8 @@ def test_live_config_mistakes_name_file_and_field(tmp_path: Path) -> None:
         "sources: {telemetry: t.duckdb}\n": "inventory: required",
         f"inventory: {inv}\nsources: {{}}\n": "sources: expected a mapping",
         f"inventory: {inv}\nsources: {{probes: p.duckdb}}\n": "sources.probes: unknown source",
-        f"inventory: {inv}\nsources: {{telemetry: nope.duckdb}}\n":
-            "sources.telemetry: nope.duckdb: no such file",
+        f"inventory: {inv}\nsources: {{telemetry: nodir/t.duckdb}}\n":
+            "sources.telemetry: nodir/t.duckdb: no such directory",
         f"inventory: {inv}\nsources: {{telemetry: {inv}}}\npoll: 0.01s\n": "poll: expected",
         f"inventory: {inv}\nsorces: {{}}\n": "sorces: unknown key",
         "inventory: [\n": "not valid YAML",
@@ -153,3 +154,9 @@ def test_live_config_mistakes_name_file_and_field(tmp_path: Path) -> None:
         with pytest.raises(ConfigError) as ei:
             read_live_config(p)
         assert str(ei.value).startswith(f"--config {p}") and want in str(ei.value), ei.value
+    # a store its collector has not created yet: accepted, with a note
+    p = tmp_path / "later.yaml"
+    p.write_text(f"inventory: {inv}\nsources: {{telemetry: later.duckdb}}\n")
+    cfg = read_live_config(p)
+    assert cfg.telemetry_db == tmp_path / "later.duckdb"
+    assert cfg.notes and "does not exist yet" in cfg.notes[0]

@@ -113,6 +113,8 @@ def build(opts: ServeOptions, echo: Callable[[str], None]
             raise ConfigError("--fault: faults are injected on the twin; with --config the "
                               "console follows live sources")
         cfg = read_live_config(opts.config)
+        for note in cfg.notes:
+            echo(f"note: --config {opts.config}: {note}")
         token, where = load_token(opts, echo)
         state, svc = build_live_console(cfg)
     else:

@@ -17,7 +17,8 @@ The config file::
       findings: incidents.duckdb    # a diagnosis store (`supervise --db`)
     poll: 5s                        # optional, default 5 s
 
-Paths are relative to the config file. At least one source is required. Every mistake is one
+Paths are relative to the config file. At least one source is required. A store that does
+not exist yet is accepted with a note (a console may start before its collector). Every mistake is one
 :class:`~fabricscope.model.errors.ConfigError` naming the file, the field and the value.
 """
 
@@ -59,6 +60,7 @@ class LiveConfig:
     telemetry_db: Path | None
     findings_db: Path | None
     poll_s: float = 5.0
+    notes: tuple[str, ...] = ()  # warnings for the operator (a store not written yet)
 
 
 def read_live_config(path: Path) -> LiveConfig:
@@ -99,13 +101,28 @@ def read_live_config(path: Path) -> LiveConfig:
     if bad:
         raise ConfigError(f"{src}: sources.{bad[0]}: unknown source (known: "
                           f"{', '.join(sorted(_SOURCES))})")
-    tel = file("sources.telemetry", sources["telemetry"]) if "telemetry" in sources else None
-    fnd = file("sources.findings", sources["findings"]) if "findings" in sources else None
+    notes: list[str] = []
+
+    def store(field: str) -> Path | None:
+        if field not in sources:
+            return None
+        p = file(f"sources.{field}", sources[field], must_exist=False)
+        if not p.parent.is_dir():
+            raise ConfigError(f"{src}: sources.{field}: {sources[field]}: no such directory "
+                              f"{p.parent}")
+        if not p.exists() and not Path(f"{p}.parts").is_dir():
+            # a console may start before its collector: say so, and read it once it exists
+            notes.append(f"sources.{field}: {p} does not exist yet; it is read once its "
+                         "writer creates it (until then /api/v1/status shows the error)")
+        return p
+
+    tel = store("telemetry")
+    fnd = store("findings")
     poll = doc.get("poll", "5s")
     poll_s = parse_time_s(str(poll), source=f"{src}: poll")
     if not 0.2 <= poll_s <= 3600:
         raise ConfigError(f"{src}: poll: expected 0.2 s .. 1 h, got {poll!r}")
-    return LiveConfig(path, inv, tel, fnd, poll_s)
+    return LiveConfig(path, inv, tel, fnd, poll_s, tuple(notes))
 
 
 def live_coverage(fabric: Fabric, sources: Mapping[str, float]) -> Coverage:
