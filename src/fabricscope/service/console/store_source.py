@@ -42,6 +42,7 @@ from fabricscope.diagnosis.model import Observed
 from fabricscope.diagnosis.specialists import Coverage
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.model.errors import ConfigError, FabricscopeError
+from fabricscope.service.console.background import BackgroundLoop
 from fabricscope.service.console.state import ConsoleState
 from fabricscope.service.supervise_twin import NS, parse_time_s
 
@@ -141,12 +142,15 @@ def live_coverage(fabric: Fabric, sources: Mapping[str, float]) -> Coverage:
     return Coverage({s: int(lat * NS) for s, lat in sources.items()}, sees)
 
 
-class StoreSupervisor:
+class StoreSupervisor(BackgroundLoop):
     """Follows the configured stores and diagnoses their findings (see module doc)."""
+
+    thread_name = "live-supervisor"
 
     def __init__(self, state: ConsoleState, fabric: Fabric, cfg: LiveConfig, *,
                  kb: KnowledgeBase | None = None,
                  clock: Callable[[], int] = time.time_ns) -> None:
+        super().__init__()
         self.state = state
         self.fabric = fabric
         self.cfg = cfg
@@ -157,8 +161,6 @@ class StoreSupervisor:
         self.corr = Correlator(self.rmap, self.kb, live_coverage(fabric, lat))
         self._seen: set[str] = set()
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.polls = 0
         self.unknown = 0
         self.errors = 0
@@ -224,13 +226,6 @@ class StoreSupervisor:
         return len(known)
 
     # -- running ----------------------------------------------------------------------------
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="live-supervisor", daemon=True)
-        self._thread.start()
-
     def _run(self) -> None:
         while not self._stop.is_set():
             c0 = time.thread_time()
@@ -248,14 +243,6 @@ class StoreSupervisor:
             self.state.counters.supervisor_cpu_s += time.thread_time() - c0
             self._stop.wait(self.cfg.poll_s)
 
-    def stop(self, timeout_s: float = 10.0) -> bool:
-        self._stop.set()
-        t = self._thread
-        if t is None:
-            return True
-        t.join(timeout_s)
-        self._thread = None
-        return not t.is_alive()
 
     def status(self) -> dict[str, Any]:
         return {"polls": self.polls, "errors": self.errors, "error": self.error,

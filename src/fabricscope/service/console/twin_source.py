@@ -39,6 +39,7 @@ from fabricscope.diagnosis.knowledge import KnowledgeBase, load_kb
 from fabricscope.diagnosis.model import Observed, finding_id
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.model.errors import ConfigError
+from fabricscope.service.console.background import BackgroundLoop
 from fabricscope.service.console.state import ConsoleState
 from fabricscope.service.instruments import Instrument, ScenarioSpec
 from fabricscope.service.supervise_twin import (
@@ -82,14 +83,17 @@ class Injected:
     at_wall_s: float
 
 
-class TwinSupervisor:
+class TwinSupervisor(BackgroundLoop):
     """Runs the closed loop on the twin into ``state`` (see module doc)."""
+
+    thread_name = "twin-supervisor"
 
     def __init__(self, state: ConsoleState, fabric: Fabric, *,
                  settings: TwinSettings | None = None, kb: KnowledgeBase | None = None,
                  instruments: Sequence[str] = INSTRUMENTS,
                  params: CorrelatorParams | None = None, views: Any = None,
                  wall: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
         self.state = state
         self.fabric = fabric
         self.settings = settings or TwinSettings()
@@ -108,8 +112,6 @@ class TwinSupervisor:
         probe = ScenarioSpec(fabric, [], self.settings.segment_s, self.settings.seed)
         self.corr = Correlator(rmap, self.kb, coverage_for(self.instruments, fabric, spec=probe),
                                params=params)
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
         self.error: str | None = None
         self.failures = 0
         state.speed = self.settings.speed
@@ -199,14 +201,6 @@ class TwinSupervisor:
                 self.state.upsert_incident(inc)
             self.state.set_time(nxt)
 
-    def start(self) -> None:
-        """Follow the wall clock in a background thread (``speed`` sim s per wall s)."""
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="twin-supervisor", daemon=True)
-        self._thread.start()
-
     def _run(self) -> None:
         w0 = self._wall()
         base = self._now_ns
@@ -227,12 +221,3 @@ class TwinSupervisor:
                 continue
             self._stop.wait(min(0.25, tick_wall / 2))
 
-    def stop(self, timeout_s: float = 10.0) -> bool:
-        """Stop the thread; True when it ended within ``timeout_s``."""
-        self._stop.set()
-        t = self._thread
-        if t is None:
-            return True
-        t.join(timeout_s)
-        self._thread = None
-        return not t.is_alive()
