@@ -114,6 +114,7 @@ class TwinSupervisor(BackgroundLoop):
                                params=params)
         self.error: str | None = None
         self.failures = 0
+        self._held_views: tuple[int, list[tuple[str, Any]]] | None = None
         state.speed = self.settings.speed
         state.info["instruments"] = [i.name for i in self.instruments]
 
@@ -158,7 +159,10 @@ class TwinSupervisor(BackgroundLoop):
         spec = ScenarioSpec(self.fabric, faults, (t1 - offset) / NS,
                             st.seed + self._segment)
         if self.views is not None:
-            self.views.publish(self.state)
+            # the views now hold data up to t0: shown once the clock reaches t0 (_release)
+            held = _HeldViews(self.state)
+            self.views.publish(held)
+            self._held_views = (t0, held.views)
         c0 = time.thread_time()
         found: list[Observed] = []
         for ins in self.instruments:
@@ -176,6 +180,14 @@ class TwinSupervisor(BackgroundLoop):
         self._segment += 1
         self.state.counters.segments += 1
         self.state.counters.supervisor_cpu_s += time.thread_time() - c0
+
+    def _release(self, now: int) -> list[tuple[str, Any]]:
+        """The held views, once the simulated clock has passed the data they hold."""
+        if self._held_views is None or now < self._held_views[0]:
+            return []
+        out = self._held_views[1]
+        self._held_views = None
+        return out
 
     def advance_to(self, sim_ns: int) -> None:
         """Run the loop up to simulated time ``sim_ns`` (tick by tick), without pacing."""
@@ -195,6 +207,9 @@ class TwinSupervisor(BackgroundLoop):
                     self.corr.add(batch)
                 changed = self.corr.tick(nxt)
                 self._now_ns = nxt
+                views = self._release(nxt)
+            for name, body in views:
+                self.state.set_view(name, body)
             if batch:
                 self.state.add_findings(batch)
             for inc in changed:
@@ -221,3 +236,18 @@ class TwinSupervisor(BackgroundLoop):
                 continue
             self._stop.wait(min(0.25, tick_wall / 2))
 
+
+
+class _HeldViews:
+    """Collects ``set_view`` calls (for :meth:`TwinSupervisor._release`), reads go to the
+    state."""
+
+    def __init__(self, state: ConsoleState) -> None:
+        self._state = state
+        self.views: list[tuple[str, Any]] = []
+
+    def set_view(self, name: str, value: Any) -> None:
+        self.views.append((name, value))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._state, name)
