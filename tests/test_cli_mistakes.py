@@ -120,6 +120,16 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("straggler-twin-into-another-run", ["straggler", "twin", "{d}/run", "--dp", "2"],
      ["--force"]),
     ("topo-show-binary", ["topo", "show", "{d}/binary.yaml"], ["binary.yaml"]),
+    ("serve-port-out-of-range", ["serve", "--port", "99999"], ["--port", "99999"]),
+    ("serve-tls-cert-without-key", ["serve", "--tls-cert", "{d}/x.pem"], ["--tls-key"]),
+    ("serve-config-missing", ["serve", "--config", "{d}/nope.yaml"], ["nope.yaml"]),
+    ("serve-config-binary", ["serve", "--config", "{d}/binary.yaml"], ["binary.yaml"]),
+    ("serve-public-host-without-tls", ["serve", "--host", "198.18.0.1"], ["198.18.0.1", "TLS"]),
+    ("serve-token-file-missing-folder", ["serve", "--token-file", "{d}/no/such/tok"],
+     ["--token-file", "no such directory"]),
+    ("serve-alertmanager-not-http", ["serve", "--alertmanager", "ftp://x", "--token-file",
+                                     "{d}/tok"], ["--alertmanager"]),
+    ("serve-speed-zero", ["serve", "--speed", "0", "--token-file", "{d}/tok"], ["--speed"]),
 ]
 
 

@@ -83,8 +83,10 @@ def load_token(opts: ServeOptions, echo: Callable[[str], None]) -> tuple[str, st
             echo(f"warning: --token-file {path} is readable by other users (chmod 600 it)")
         return tok, str(path)
     tok = secrets.token_urlsafe(24)
+    if opts.token_file is not None and not path.parent.is_dir():
+        raise ConfigError(f"--token-file {path}: no such directory {path.parent}")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)  # the default location's folders
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(tok + "\n")

@@ -71,6 +71,8 @@ def read_live_config(path: Path) -> LiveConfig:
         doc = yaml.safe_load(path.read_text())
     except OSError as exc:
         raise ConfigError(f"{src}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{src}: not a text file (byte {exc.start} is not UTF-8)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
