@@ -141,11 +141,11 @@ def test_live_config_mistakes_name_file_and_field(tmp_path: Path) -> None:
     cases = {
         "sources: {telemetry: t.duckdb}\n": "inventory: required",
         f"inventory: {inv}\nsources: {{}}\n": "sources: expected a mapping",
-        f"inventory: {inv}\nsources: {{probes: p.duckdb}}\n": "sources.probes: unknown source",
+        f"inventory: {inv}\nsources: {{probes: p.duckdb}}\n": "sources.'probes': unknown source",
         f"inventory: {inv}\nsources: {{telemetry: nodir/t.duckdb}}\n":
-            "sources.telemetry: nodir/t.duckdb: no such directory",
+            "sources.telemetry: 'nodir/t.duckdb': no such directory",
         f"inventory: {inv}\nsources: {{telemetry: {inv}}}\npoll: 0.01s\n": "poll: expected",
-        f"inventory: {inv}\nsorces: {{}}\n": "sorces: unknown key",
+        f"inventory: {inv}\nsorces: {{}}\n": "'sorces': unknown key",
         "inventory: [\n": "not valid YAML",
     }
     for i, (text, want) in enumerate(cases.items()):

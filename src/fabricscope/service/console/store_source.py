@@ -82,7 +82,7 @@ def read_live_config(path: Path) -> LiveConfig:
                           f"{type(doc).__name__}")
     unknown = sorted(set(map(str, doc)) - _KEYS)
     if unknown:
-        raise ConfigError(f"{src}: {unknown[0]}: unknown key (known: {', '.join(sorted(_KEYS))})")
+        raise ConfigError(f"{src}: {unknown[0]!r}: unknown key (known: {', '.join(sorted(_KEYS))})")
     base = path.parent
 
     def file(field: str, value: object, must_exist: bool = True) -> Path:
@@ -90,7 +90,7 @@ def read_live_config(path: Path) -> LiveConfig:
             raise ConfigError(f"{src}: {field}: expected a file path, got {value!r}")
         p = Path(value) if Path(value).is_absolute() else base / value
         if must_exist and not p.exists():
-            raise ConfigError(f"{src}: {field}: {value}: no such file")
+            raise ConfigError(f"{src}: {field}: {value!r}: no such file")
         return p
 
     if "inventory" not in doc:
@@ -102,7 +102,7 @@ def read_live_config(path: Path) -> LiveConfig:
                           f"got {sources!r}")
     bad = sorted(set(map(str, sources)) - _SOURCES)
     if bad:
-        raise ConfigError(f"{src}: sources.{bad[0]}: unknown source (known: "
+        raise ConfigError(f"{src}: sources.{bad[0]!r}: unknown source (known: "
                           f"{', '.join(sorted(_SOURCES))})")
     notes: list[str] = []
 
@@ -111,8 +111,8 @@ def read_live_config(path: Path) -> LiveConfig:
             return None
         p = file(f"sources.{field}", sources[field], must_exist=False)
         if not p.parent.is_dir():
-            raise ConfigError(f"{src}: sources.{field}: {sources[field]}: no such directory "
-                              f"{p.parent}")
+            raise ConfigError(f"{src}: sources.{field}: {sources[field]!r}: no such directory "
+                              f"{str(p.parent)!r}")
         if not p.exists() and not Path(f"{p}.parts").is_dir():
             # a console may start before its collector: say so, and read it once it exists
             notes.append(f"sources.{field}: {p} does not exist yet; it is read once its "
