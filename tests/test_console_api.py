@@ -413,3 +413,32 @@ def test_hostile_clients_are_cut_off(fabric) -> None:  # type: ignore[no-untyped
             assert r.status_code == 413
     finally:
         h.stop()
+
+
+def test_counters_behind_a_telemetry_finding(fabric) -> None:  # type: ignore[no-untyped-def]
+    """A PFC storm's finding comes with the port's counters: the pause counter the storm
+    drives moved (at the injected rate), the others did not."""
+    state, svc = build_twin_console(fabric)
+    h = start_server(create_app(state, ApiSettings(token=TOKEN), svc))
+    try:
+        assert svc.supervisor is not None
+        svc.supervisor.advance_to(30 * NS)
+        svc.supervisor.inject("pfc-storm:leaf-p0-r1-00:eth2,rate=2e5")
+        svc.supervisor.advance_to(90 * NS)
+        storm = [o for o in state.findings(source="telemetry") if o.kind == "pause-storm"]
+        assert storm
+        with _client(h) as c:
+            d = c.get(f"/api/v1/findings/{storm[0].id}/counters").json()
+            assert (d["target"], d["interface"]) == ("leaf-p0-r1-00", "eth2")
+            moved = {s["name"].rsplit("/", 1)[1]: s for s in d["series"] if s["moved"]}
+            assert "out-mac-pause-frames" in moved
+            peak = max(p[1] for p in moved["out-mac-pause-frames"]["points"] if p[1] is not None)
+            assert peak == pytest.approx(2e5, rel=0.05)
+            assert not {"in-crc-errors", "in-fcs-errors"} & set(moved)
+            probe = state.findings(source="probe")
+            if probe:  # not a telemetry finding: no series, and the reason
+                assert c.get(f"/api/v1/findings/{probe[0].id}/counters").json()["reason"]
+            assert c.get("/api/v1/findings/f-nope/counters").status_code == 404
+    finally:
+        h.stop()
+        svc.close()

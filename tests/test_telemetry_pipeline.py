@@ -254,3 +254,18 @@ def test_aggregate_per_rail_from_the_inventory(tmp_path: Path) -> None:
     got = col.pipeline([ev(OCT, 1, 5, "leaf-p0-r3-00"), ev(OCT, 1, 7, "leaf-p0-r3-00", interface_name="eth2"),
                         ev(OCT, 1, 1, "leaf-p0-r0-00")])
     assert sorted((e.target, e.value) for e in got) == [("rail:0", 1.0), ("rail:3", 12.0)]
+
+
+def test_suppressed_counter_rate_is_over_the_last_interval_not_the_silence() -> None:
+    """Under suppress-redundant sampling an idle counter is sent once, then nothing until it
+    changes: a pause storm that starts in the last 10 s interval is 200,000 frames/s over
+    that interval, not 50,000/s over the 40 s of silence."""
+    name = "/interfaces/interface/ethernet/state/counters/out-mac-pause-frames"
+    evs = [ev(name, 0, 0.0), ev(name, 40, 2e6)]  # nothing sent at 10, 20, 30 s: unchanged
+    plain = DetectorSet([PauseStormDetector()])
+    (f,) = plain(evs)
+    assert f.details["pause_per_s"] == pytest.approx(5e4)  # every sample sent: 40 s of it
+    supp = DetectorSet([PauseStormDetector()])
+    supp.suppressed_sampling(10 * NS)
+    (g,) = supp(evs)
+    assert g.details["pause_per_s"] == pytest.approx(2e5)

@@ -335,6 +335,38 @@ def create_app(state: ConsoleState, settings: ApiSettings,
         return {"items": [observed_to_json(o) for o in items]}
 
     # -- telemetry ----------------------------------------------------------------------
+    @app.get("/api/v1/findings/{id}/counters", tags=["findings"])
+    def finding_counters(id: str, points: int = Query(120, ge=2, le=2000)) -> dict[str, Any]:
+        """The counters behind a telemetry finding on a port: every series of that port from
+        a minute before its evidence window to 30 s after (clamped to now), those that moved
+        first (counters as per-second rates, gauges as maxima). Another finding: no series,
+        and the reason."""
+        from fabricscope.store.series import port_series
+
+        found = state.findings(ids=[id])
+        if not found:
+            raise HTTPException(404, f"finding {id!r}: not found")
+        o = found[0]
+        port = o.subject.split("->")[0].split("|")[0]
+        dev, sep, ifname = port.rpartition(":")
+        if o.source != "telemetry" or not sep or port not in state.fabric.ports:
+            return {"finding": id, "series": [], "window": list(o.finding.window),
+                    "reason": f"not a telemetry finding on a port ({o.source} on {o.subject})"}
+        w0, w1 = o.finding.window
+        start, end = max(0, w0 - 60 * NS), w1 + 30 * NS
+        if state.mode == "twin":
+            end = min(end, state.sim_ns)
+        if end <= start:
+            end = start + NS
+        cur = _cursor()
+        try:
+            series = port_series(cur, target=dev, interface=ifname, start_ns=start,
+                                 end_ns=end, points=points)
+        finally:
+            cur.close()
+        return {"finding": id, "target": dev, "interface": ifname, "start_ns": start,
+                "end_ns": end, "window": [w0, w1], "series": series}
+
     def _cursor() -> Any:
         try:
             con = svc.open_telemetry()

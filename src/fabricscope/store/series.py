@@ -68,3 +68,47 @@ def query_series(con: duckdb.DuckDBPyConnection, *, target: str, name: str,
         "points": [[start_ns + int(b) * step + step // 2, None if v is None else float(v)]
                    for b, v, _, _ in rows],
     }
+
+
+def is_counter(name: str) -> bool:
+    """Cumulative counter (shown as a per-second rate) or gauge: OpenConfig puts counters
+    under ``/counters/``; the queue leaves that count packets are cumulative too."""
+    return "/counters/" in name or name.endswith(("-pkts", "-frames", "-errors", "-discards",
+                                                  "-transitions", "-octets"))
+
+
+def port_series(con: duckdb.DuckDBPyConnection, *, target: str, interface: str,
+                start_ns: int, end_ns: int, points: int = 120, limit: int = 8
+                ) -> list[dict[str, Any]]:
+    """Every numeric series of one port over the window, downsampled like
+    :func:`query_series` (counters as rates, gauges as maxima), those that moved first; at
+    most ``limit``. The evidence drill-down of a telemetry finding."""
+    if end_ns <= start_ns:
+        raise ConfigError(f"end_ns: must be after start_ns ({start_ns}), got {end_ns}")
+    step = max(1, -(-(end_ns - start_ns) // points))
+    frag = json.dumps({"interface_name": interface})[1:-1]
+    rows = con.execute(
+        "WITH s AS (SELECT name, tags, ts_ns, value_num AS v, "
+        "(value_num - lag(value_num) OVER w) * 1e9 / nullif(ts_ns - lag(ts_ns) OVER w, 0) AS r "
+        "FROM telemetry WHERE target = ? AND ts_ns BETWEEN ? AND ? AND value_num IS NOT NULL "
+        "AND contains(tags, ?) AND json_extract_string(tags, '$.interface_name') = ? "
+        "WINDOW w AS (PARTITION BY name, tags ORDER BY ts_ns)) "
+        "SELECT name, (ts_ns - ?) // ? AS b, avg(CASE WHEN r >= 0 THEN r END), max(v) "
+        "FROM s GROUP BY name, b ORDER BY name, b",
+        [target, start_ns, end_ns, frag, interface, start_ns, step]).fetchall()
+    by: dict[str, list[list[Any]]] = {}
+    for name, b, rate, peak in rows:
+        v = rate if is_counter(name) else peak
+        by.setdefault(name, []).append([start_ns + int(b) * step + step // 2,
+                                        None if v is None else float(v)])
+    out = []
+    for name, pts in by.items():
+        vals = [p[1] for p in pts if p[1] is not None]
+        # a counter moved when it increased at all; a gauge when it changed
+        moved = (any(v > 0 for v in vals) if is_counter(name)
+                 else bool(vals) and max(vals) > min(vals))
+        out.append({"name": name, "kind": "rate" if is_counter(name) else "max",
+                    "unit": "/s" if is_counter(name) else "", "points": pts,
+                    "moved": moved})
+    out.sort(key=lambda d: (not d["moved"], d["name"]))
+    return out[:limit]

@@ -198,6 +198,13 @@ class _CounterDetector(_EpisodeDetector):
         super().__init__(quiet_ns=quiet_ns)
         self._ctr = _CounterState()
         self._names = _Names(self.COUNTERS)
+        #: Set for a suppress-redundant subscription (gNMI specification 3.5.1.5.2) sampled
+        #: every ``max_dt_ns``: an unchanged counter is not sent, so its previous update can
+        #: be long before a change, but the change happened within the last sample interval.
+        #: The increase is judged over at most that interval (over the whole silence, a
+        #: pause storm that began in the last interval read 4x too low). None: every sample
+        #: is sent, and the time between updates is the interval.
+        self.max_dt_ns: int | None = None
 
     def _judge(self, leaf: str, subject: str, ts: int, delta: float, dt: int) -> Finding | None:
         """Judge one counter increase ``delta`` over ``dt`` ns ending at ``ts``."""
@@ -217,7 +224,8 @@ class _CounterDetector(_EpisodeDetector):
             d = self._ctr.delta((e.target, subject, e.name), e.ts_ns, v)
             if d is None:
                 continue
-            f = self._judge(leaf, subject, e.ts_ns, d[0], d[1])
+            dt = d[1] if self.max_dt_ns is None else min(d[1], self.max_dt_ns)
+            f = self._judge(leaf, subject, e.ts_ns, d[0], dt)
             if f is not None:
                 out.append(f)
         return out
@@ -351,6 +359,13 @@ class DetectorSet:
             wanted |= names.wanted
         else:
             self._wanted = _Names(frozenset(wanted))
+
+    def suppressed_sampling(self, sample_ns: int) -> None:
+        """Tell the counter detectors the subscription suppresses unchanged samples, sampled
+        every ``sample_ns`` (see ``_CounterDetector.max_dt_ns``)."""
+        for d in self.detectors:
+            if isinstance(d, _CounterDetector):
+                d.max_dt_ns = int(sample_ns)
 
     def __call__(self, events: Events) -> list[Finding]:
         out: list[Finding] = []

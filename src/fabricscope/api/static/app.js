@@ -714,7 +714,8 @@ async function showIncident(id, quiet = false) {
         f.action ? [el("dt", { text: "Action" }), el("dd", { text: f.action })] : null),
       f.evidence && f.evidence.length ? el("ul", { class: "evidence" }, f.evidence.map((e) => el("li", { text: e }))) : null,
       f.details && Object.keys(f.details).length ? el("dl", { class: "kv details" },
-        Object.entries(f.details).map(([k, v]) => [el("dt", { text: k }), el("dd", { text: fmtNum(v, 4) })])) : null))));
+        Object.entries(f.details).map(([k, v]) => [el("dt", { text: k }), el("dd", { text: fmtNum(v, 4) })])) : null,
+      f.source === "telemetry" ? el("div", { class: "counters", "data-counters-for": f.id }) : null))));
   const missing = (i.findings || []).filter((fid) => !bySource.size || !(d.findings || []).some((f) => f.id === fid));
 
   const hist = el("ol", { class: "history" }, (d.history || []).map((h) => el("li", {}, el("span", { class: "muted", text: `${fmtNs(h.sim_ns)} ` }), h.what)));
@@ -726,7 +727,50 @@ async function showIncident(id, quiet = false) {
     groups.length ? groups : el("p", { class: "muted", text: "No finding recorded." }),
     missing.length ? el("p", { class: "muted", text: `Findings no longer held by the console (evicted): ${missing.join(", ")}` }) : null,
     el("h2", { text: "History" }), hist);
+  await Promise.all([...body.querySelectorAll("[data-counters-for]")].map((box) => loadCounters(box)));
   markReady("incident");
+}
+
+/** The counters behind a telemetry finding: the port's series around its evidence window
+ * (GET /findings/{id}/counters), one small plot per series that moved, the window shaded. */
+async function loadCounters(box) {
+  const id = box.dataset.countersFor;
+  let d;
+  try { d = await api(`/findings/${encodeURIComponent(id)}/counters`); } catch (exc) {
+    showError(box, exc);
+    return;
+  }
+  if (d.reason) return;  // not a finding on a port: it has no counters to show
+  const moved = d.series.filter((x) => x.moved);
+  const still = d.series.filter((x) => !x.moved).map((x) => x.name.split("/").pop());
+  put(box, el("h5", { text: `Counters of ${d.target}:${d.interface}` }),
+    moved.length ? null : el("p", { class: "muted", text: "No counter of this port moved in the window." }));
+  for (const x of moved.slice(0, 4)) {
+    const short = x.name.split("/").pop();
+    const vals = x.points.map((p) => p[1]).filter((v) => v !== null);
+    const peak = vals.length ? Math.max(...vals) : 0;
+    const canvas = el("canvas", { class: "counter-plot", role: "img", width: 360, height: 70,
+      "aria-label": `${short} (${x.kind}) over ${fmtNs(d.start_ns)} to ${fmtNs(d.end_ns)}: peak ${fmtNum(peak, 4)}${x.unit}` });
+    box.append(el("figure", { class: "counter" }, canvas,
+      el("figcaption", { text: `${short} (${x.kind === "rate" ? "per second" : "max"}), peak ${fmtNum(peak, 4)}${x.unit}` })));
+    drawCounter(canvas, x.points, d.start_ns, d.end_ns, d.window, peak);
+  }
+  if (still.length) box.append(el("p", { class: "muted", text: `Unchanged: ${still.join(", ")}` }));
+}
+
+function drawCounter(canvas, pts, t0, t1, win, peak) {
+  const { ctx, w, h } = setupCanvas(canvas);
+  const x = (t) => ((t - t0) / Math.max(1, t1 - t0)) * (w - 4) + 2;
+  const y = (v) => h - 4 - (peak > 0 ? (v / peak) * (h - 10) : 0);
+  ctx.fillStyle = "#fdecea";  // the finding's evidence window
+  ctx.fillRect(x(win[0]), 0, Math.max(2, x(win[1]) - x(win[0])), h);
+  ctx.strokeStyle = "#1f4e79"; ctx.lineWidth = 1.5; ctx.beginPath();
+  let started = false;
+  for (const [t, v] of pts) {
+    if (v === null) { started = false; continue; }
+    if (!started) { ctx.moveTo(x(t), y(v)); started = true; } else ctx.lineTo(x(t), y(v));
+  }
+  ctx.stroke();
 }
 
 // ------------------------------------------------------------------ fabric view

@@ -394,6 +394,7 @@ class TelemetryInstrument:
         clock = SimClock(0)
         twin = self.twin(spec.fabric, spec.faults, spec.seed, clock)
         detectors = self.detectors()
+        detectors.suppressed_sampling(interval_ns)  # the subscription is suppress-redundant
         plan = _plan_for(twin, detector_leaves(detectors))
         last = np.zeros(plan.size)
         last_k = np.zeros(plan.size, dtype=np.int64)
