@@ -269,3 +269,20 @@ def test_suppressed_counter_rate_is_over_the_last_interval_not_the_silence() -> 
     supp.suppressed_sampling(10 * NS)
     (g,) = supp(evs)
     assert g.details["pause_per_s"] == pytest.approx(2e5)
+
+
+def test_collector_tells_its_detectors_when_sampling_suppresses_redundant_values() -> None:
+    from fabricscope.telemetry.collector import Collector
+
+    def col(**sub: object) -> Collector:
+        cfg = {"targets": {"t": {"address": "127.0.0.1:1"}},
+               "subscriptions": {"s": {"paths": ["/a"], "sample-interval": "10s", **sub}},
+               "detectors": {"pause-storm": {}}}
+        return Collector(parse_config(cfg, source="c.yaml"), sinks=[])
+
+    name = "/interfaces/interface/ethernet/state/counters/out-mac-pause-frames"
+    evs = [ev(name, 0, 0.0), ev(name, 40, 2e6)]  # silent 10-30 s: unchanged, not sent
+    (f,) = col(**{"suppress-redundant": True}).detectors(evs)
+    assert f.details["pause_per_s"] == pytest.approx(2e5)
+    (g,) = col().detectors(evs)  # every sample sent: the 40 s gap is real
+    assert g.details["pause_per_s"] == pytest.approx(5e4)

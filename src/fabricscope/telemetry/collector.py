@@ -299,8 +299,14 @@ class Collector:
         self.sinks = list(sinks) if sinks is not None else [
             build_sink(s.type, s.options, self_metrics=self.metric_samples) for s in config.sinks]
         self.pipeline = pipeline or Pipeline([build_processor(p) for p in _with_groups(config)])
-        self.detectors = detectors if detectors is not None else DetectorSet(
-            [build_detector(k, v) for k, v in config.detectors.items()])
+        if detectors is None:
+            detectors = DetectorSet([build_detector(k, v) for k, v in config.detectors.items()])
+            sampled = [sc for sc in config.subscriptions.values()
+                       if sc.mode == "stream" and sc.stream_mode == "sample"]
+            if sampled and all(sc.suppress_redundant for sc in sampled):
+                # an unchanged counter is not sent: judge increases over the sample interval
+                detectors.suppressed_sampling(max(sc.sample_interval_ns for sc in sampled))
+        self.detectors = detectors
         self.on_findings = on_findings
         self.spill_file = spill_path(config) if spill is None or spill is True else (spill or None)
         self.stats.spill_file = str(self.spill_file or "")
