@@ -203,7 +203,10 @@ def create_app(state: ConsoleState, settings: ApiSettings,
 
     @app.exception_handler(FabricscopeError)
     async def _fs_error(_request: Request, exc: FabricscopeError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=400)
+        # a bad value in the request is the client's (400); a store or socket problem is
+        # the server's, and may pass (503)
+        return JSONResponse({"detail": str(exc)},
+                            status_code=400 if isinstance(exc, ConfigError) else 503)
 
     # -- status and fabric --------------------------------------------------------------
     @app.get("/api/v1/status", tags=["fabric"])
