@@ -44,8 +44,7 @@ class ApiSettings:
     token: str
     user: str = "fabricscope"
     public_url: str = "http://127.0.0.1:8765"
-    max_failures: int = 5
-    failure_window_s: float = 60.0
+    max_failures: int = 5  # consecutive failed logins before an address is locked out
     lockout_s: float = 30.0
     max_sse_clients: int = 1000
 
@@ -147,8 +146,7 @@ def create_app(state: ConsoleState, settings: ApiSettings,
     """The ASGI app of ``fabricscope serve`` over ``state`` (see module doc)."""
     svc = services or ConsoleServices()
     auth = Authenticator(settings.token, user=settings.user,
-                         max_failures=settings.max_failures,
-                         window_s=settings.failure_window_s, lockout_s=settings.lockout_s)
+                         max_failures=settings.max_failures, lockout_s=settings.lockout_s)
     hub = EventHub(state, max_clients=settings.max_sse_clients)
     stats = _Stats()
     fabric_cache: dict[str, Any] = {}

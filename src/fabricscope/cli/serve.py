@@ -14,7 +14,7 @@ Starts the supervisor on a digital twin of FABRIC (instruments -> findings -> in
   /api/v1/...  the JSON API (OpenAPI schema at /api/openapi.json; docs/console.md)
   /metrics     Prometheus exposition (incidents, findings, self-metrics)
 
-Security: every /api and /metrics request needs `Authorization: Bearer TOKEN` (or basic auth, user `fabricscope`). The token is read from --token-file (created with a random token, mode 600, when missing), or from $FABRICSCOPE_TOKEN, or $XDG_CONFIG_HOME/fabricscope/console.token (~/.config/...); it is never printed. Failed logins are logged and throttled (429 after 5 in a minute). The server listens on 127.0.0.1; another --host needs --tls-cert/--tls-key (or --insecure). --tls-client-ca requires client certificates (mTLS).
+Security: every /api and /metrics request needs `Authorization: Bearer TOKEN` (or basic auth, user `fabricscope`). The token is read from --token-file (created with a random token, mode 600, when missing), or from $FABRICSCOPE_TOKEN, or $XDG_CONFIG_HOME/fabricscope/console.token (~/.config/...); it is never printed. Failed logins are logged and throttled (429 after 5 in a row). The server listens on 127.0.0.1; another --host needs --tls-cert/--tls-key (or --insecure). --tls-client-ca requires client certificates (mTLS).
 
 Live sources instead of the twin: --config console.yaml names the inventory and the stores the live tools write (`gnmi collect` with a duckdb sink, read while it writes; a diagnosis store); the console polls them, diagnoses what is new and serves it the same way (docs/console.md).
 
