@@ -132,6 +132,17 @@ def truth_pairs(fabric: Fabric, kb: KnowledgeBase, faults: Iterable[Fault]
     return out
 
 
+def switch_telemetry_sees(fabric: Fabric, resource: str) -> bool:
+    """Switch telemetry reports switch ports and switches, and so every cable (one end of
+    each is a switch port); a NIC, host, GPU or job it does not see (no knowledge-base type
+    of those has a telemetry symptom on itself, so this decides no absence today)."""
+    if resource in fabric.ports:
+        return fabric.devices[resource.rsplit(":", 1)[0]].is_switch
+    if resource in fabric.devices:
+        return fabric.devices[resource].is_switch
+    return "|" in resource
+
+
 def coverage_for(instruments: Sequence[Instrument], fabric: Fabric,
                  covers: Callable[[str, str], bool] | None = None,
                  spec: ScenarioSpec | None = None) -> Coverage:
@@ -158,10 +169,8 @@ def coverage_for(instruments: Sequence[Instrument], fabric: Fabric,
     def sees(signal: str, resource: str) -> bool:
         if signal == "straggler":
             return resource in job
-        if signal == "telemetry" and resource in fabric.ports:
-            return fabric.devices[resource.rsplit(":", 1)[0]].is_switch
-        if signal == "telemetry" and resource in fabric.devices:
-            return fabric.devices[resource].is_switch
+        if signal == "telemetry":
+            return switch_telemetry_sees(fabric, resource)
         return True
 
     return Coverage(lat, sees)

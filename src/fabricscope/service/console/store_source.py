@@ -44,7 +44,7 @@ from fabricscope.fabric.inventory import Fabric
 from fabricscope.model.errors import ConfigError, FabricscopeError
 from fabricscope.service.console.background import BackgroundLoop
 from fabricscope.service.console.state import ConsoleState
-from fabricscope.service.supervise_twin import NS, parse_time_s
+from fabricscope.service.supervise_twin import NS, parse_time_s, switch_telemetry_sees
 
 log = logging.getLogger("fabricscope.serve.live")
 
@@ -134,13 +134,7 @@ def live_coverage(fabric: Fabric, sources: Mapping[str, float]) -> Coverage:
     their silence is never taken as absence."""
 
     def sees(signal: str, resource: str) -> bool:
-        if signal != "telemetry":
-            return False
-        if resource in fabric.ports:
-            return fabric.devices[resource.rsplit(":", 1)[0]].is_switch
-        if resource in fabric.devices:
-            return fabric.devices[resource].is_switch
-        return "|" in resource
+        return signal == "telemetry" and switch_telemetry_sees(fabric, resource)
     return Coverage({s: int(lat * NS) for s, lat in sources.items()}, sees)
 
 
