@@ -160,7 +160,8 @@ def leaf_spine_fabric(
     return b.build({
         "kind": "leaf-spine", "tiers": 2, "leaves": leaves, "hosts_per_leaf": hosts_per_leaf,
         "spines": spines, "links_per_spine": links_per_spine, "nics_per_host": nics_per_host,
-        "host_gbps": host_gbps, "uplink_gbps": up,
+        "host_gbps": host_gbps, "uplink_gbps": up, "gpus_per_server": nics_per_host,
+        "radix": radix, "layout": "standard",
         "oversubscription": {"leaf": down / (spines * links_per_spine * up)},
     })
 
@@ -177,6 +178,8 @@ def fat_tree_fabric(
     latency_ns: int = 1000,
     name: str | None = None,
     radix: int | None = None,
+    nics_per_host: int = 1,
+    links_per_core: int = 1,
 ) -> Fabric:
     """A 3-tier fat tree (ToR = leaf, aggregation = spine, core).
 
@@ -188,6 +191,11 @@ def fat_tree_fabric(
     ``pods=16, tors_per_pod=8, aggs_per_pod=8, hosts_per_tor=8, cores_per_plane=8``.
     With ``radix`` (ports per switch; a k-ary tree needs k), a switch that would need more
     ports is rejected. With no parameter at all: ``k=8`` (128 hosts).
+
+    ``nics_per_host`` > 1 makes multi-GPU servers whose NICs all cable to the host's ToR (the
+    standard, non-rail layout; a ToR then needs ``hosts_per_tor * nics_per_host`` down
+    ports). ``links_per_core`` > 1 cables that many parallel links from each aggregation
+    switch to each core of its plane (fewer, fuller cores for a fabric smaller than k^3/4).
 
     >>> fat_tree_fabric(k=4).gpu_count
     16
@@ -209,13 +217,16 @@ def fat_tree_fabric(
     for kk, v in (("pods", pods), ("tors_per_pod", tors_per_pod), ("aggs_per_pod", aggs_per_pod),
                   ("hosts_per_tor", hosts_per_tor), ("cores_per_plane", cores_per_plane)):
         _positive(kk, v, src)
+    _integer("nics_per_host", nics_per_host, src)
+    _integer("links_per_core", links_per_core, src)
     if radix is not None:
         _integer("radix", radix, src, minimum=2)
-        _fits(src, "ToR", radix, down=hosts_per_tor, up=aggs_per_pod,
-              why=f"hosts_per_tor={hosts_per_tor}")
-        _fits(src, "aggregation switch", radix, down=tors_per_pod, up=cores_per_plane,
-              why=f"tors_per_pod={tors_per_pod}")
-        _fits(src, "core", radix, down=pods, up=0, why=f"pods={pods}")
+        _fits(src, "ToR", radix, down=hosts_per_tor * nics_per_host, up=aggs_per_pod,
+              why=f"hosts_per_tor={hosts_per_tor} x nics_per_host={nics_per_host}")
+        _fits(src, "aggregation switch", radix, down=tors_per_pod,
+              up=cores_per_plane * links_per_core, why=f"tors_per_pod={tors_per_pod}")
+        _fits(src, "core", radix, down=pods * links_per_core, up=0,
+              why=f"pods={pods} x links_per_core={links_per_core}")
     b = FabricBuilder(name or f"fattree-{pods * tors_per_pod * hosts_per_tor}", latency_ns)
     cores = [[b.switch(f"core-l{j}-{c:02d}", "core", plane=j) for c in range(cores_per_plane)]
              for j in range(aggs_per_pod)]
@@ -225,21 +236,24 @@ def fat_tree_fabric(
         for t in range(tors_per_pod):
             tor = b.switch(f"tor-p{p:02d}-{t:02d}", "leaf", pod=p)
             for _ in range(hosts_per_tor):
-                hid = b.host(f"host{h:04d}", 1, pod=p)
-                b.cable(b.nic(hid, 0, gpu=0, pod=p), tor, gbps, a_prefix="p")
+                hid = b.host(f"host{h:04d}", nics_per_host, pod=p)
+                for n in range(nics_per_host):
+                    b.cable(b.nic(hid, n, gpu=n, pod=p), tor, gbps, a_prefix="p")
                 h += 1
             for a in aggs:
                 b.cable(tor, a, gbps)
         for j, a in enumerate(aggs):
             for c in cores[j]:
-                b.cable(a, c, gbps)
+                for _ in range(links_per_core):
+                    b.cable(a, c, gbps)
     return b.build({
         "kind": "fat-tree", "tiers": 3, "pods": pods, "tors_per_pod": tors_per_pod,
         "aggs_per_pod": aggs_per_pod, "hosts_per_tor": hosts_per_tor,
-        "cores_per_plane": cores_per_plane, "gbps": gbps,
+        "cores_per_plane": cores_per_plane, "gbps": gbps, "gpus_per_server": nics_per_host,
+        "links_per_core": links_per_core, "radix": radix, "layout": "standard",
         "oversubscription": {
-            "leaf": hosts_per_tor / aggs_per_pod,
-            "spine": tors_per_pod / cores_per_plane,
+            "leaf": hosts_per_tor * nics_per_host / aggs_per_pod,
+            "spine": tors_per_pod / (cores_per_plane * links_per_core),
         },
     })
 
