@@ -58,6 +58,7 @@ _COMMAND_MODULES = (
     "fabricscope.cli.demo",
     "fabricscope.cli.topo",
     "fabricscope.cli.sim",
+    "fabricscope.cli.design",
     "fabricscope.cli.gnmi",
     "fabricscope.cli.probe",
     "fabricscope.cli.lab",

@@ -136,12 +136,24 @@ def servers_for(spec: DesignSpec, gpus: int) -> int:
     return gpus // g
 
 
+def check_size(spec: DesignSpec, gpus: int) -> None:
+    """Fail fast (before any build) when ``spec`` cannot be sized at ``gpus`` GPUs.
+
+    Exact for the fat tree (its sizing is planned here); the rail family's builder checks
+    the rest of its sizes when it builds.
+    """
+    servers = servers_for(spec, gpus)
+    if spec.kind == "fat-tree":
+        _standard_plan(spec, servers)
+
+
 def build_design(spec: DesignSpec, gpus: int) -> Fabric:
     """The fabric of ``spec`` at ``gpus`` GPUs. Impossible sizes: :class:`ConfigError`."""
     servers = servers_for(spec, gpus)
     try:
         if spec.kind == "fat-tree":
-            return _standard_clos(spec, servers)
+            two_tier, kw = _standard_plan(spec, servers)
+            return (leaf_spine_fabric if two_tier else fat_tree_fabric)(**kw)
         builder = _RAIL_BUILDERS[spec.kind]
         params = {k: v for k, v in spec.params.items()}
         return builder(servers, name=f"{spec.name}-{gpus}", **params)
@@ -158,8 +170,11 @@ def _divisor_at_most(n: int, cap: int) -> int:
     return 1
 
 
-def _standard_clos(spec: DesignSpec, servers: int) -> Fabric:
-    """A standard (ToR-per-server-group) fat tree sized for ``servers`` at the design's radix."""
+def _standard_plan(spec: DesignSpec, servers: int) -> tuple[bool, dict[str, Any]]:
+    """Builder arguments of a standard (ToR-per-server-group) fat tree for ``servers``.
+
+    Returns (two tiers?, keyword arguments of ``leaf_spine_fabric`` / ``fat_tree_fabric``).
+    """
     p = spec.params
     src = spec.source
     radix = int(p.get("radix", 64))
@@ -188,10 +203,11 @@ def _standard_clos(spec: DesignSpec, servers: int) -> Fabric:
     name = f"{spec.name}-{servers * g}"
     if tors <= radix:
         lps = _divisor_at_most(tor_up, radix // tors)
-        return leaf_spine_fabric(
-            leaves=tors, hosts_per_leaf=hpt, spines=tor_up // lps, links_per_spine=lps,
-            nics_per_host=g, host_gbps=gbps, latency_ns=latency, name=name, radix=radix,
-        )
+        return True, {
+            "leaves": tors, "hosts_per_leaf": hpt, "spines": tor_up // lps,
+            "links_per_spine": lps, "nics_per_host": g, "host_gbps": gbps,
+            "latency_ns": latency, "name": name, "radix": radix,
+        }
     # Three tiers: a pod is as many ToRs as one aggregation switch's down half serves.
     aggs = tor_up  # one link from every ToR to every aggregation switch of its pod
     agg_down = radix // 2
@@ -209,8 +225,8 @@ def _standard_clos(spec: DesignSpec, servers: int) -> Fabric:
         )
     agg_up = tpp  # non-blocking above the ToR layer
     lpc = _divisor_at_most(agg_up, radix // pods)
-    return fat_tree_fabric(
-        pods=pods, tors_per_pod=tpp, aggs_per_pod=aggs, hosts_per_tor=hpt,
-        cores_per_plane=agg_up // lpc, links_per_core=lpc, nics_per_host=g, gbps=gbps,
-        latency_ns=latency, name=name, radix=radix,
-    )
+    return False, {
+        "pods": pods, "tors_per_pod": tpp, "aggs_per_pod": aggs, "hosts_per_tor": hpt,
+        "cores_per_plane": agg_up // lpc, "links_per_core": lpc, "nics_per_host": g,
+        "gbps": gbps, "latency_ns": latency, "name": name, "radix": radix,
+    }
