@@ -141,3 +141,13 @@ def test_cli_tables_and_mistakes(tmp_path: Path) -> None:
         err = p.stderr.strip().splitlines()
         assert any(needle in line for line in err), (args, p.stderr)
         assert "Traceback" not in p.stderr
+
+
+def test_examples_folder_matches_the_builtin_designs() -> None:
+    root = Path(__file__).resolve().parents[1]
+    builtin = root / "src/fabricscope/design/examples"
+    shipped = root / "examples/designs"
+    names = sorted(p.name for p in builtin.glob("*.yaml"))
+    assert names == sorted(p.name for p in shipped.glob("*.yaml"))
+    for n in names:
+        assert (shipped / n).read_text() == (builtin / n).read_text(), n

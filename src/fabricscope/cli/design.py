@@ -160,6 +160,25 @@ def _print_tables(result: dict[str, Any]) -> None:
                   f"{ck['daly_s'] / 60:.1f}", f"{ck['goodput_daly']:.4f}", mcs,
                   f"{av['fabric']:.6f}", "yes" if av["meets_target"] else "NO")
     console.print(t)
+    t = Table(title="Blast radius of one failure (largest scale of each design): GPUs cut stop "
+                    "the job; degraded GPUs keep a path at reduced bandwidth after the failover",
+              title_justify="left")
+    for col in ("design", "component", "count", "GPUs cut", "GPUs degraded", "bw lost",
+                "failover", "failover s", "stops the job"):
+        t.add_column(col, justify="left" if col in ("design", "component", "failover") else "right")
+    largest: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if r["name"] not in largest or r["gpus"] > largest[r["name"]]["gpus"]:
+            largest[r["name"]] = r
+    for r in largest.values():
+        for b in r["blast"]:
+            fo = b["failover"]
+            t.add_row(r["name"], b["component"], f"{b['count']:,}", f"{b['gpus_cut']:.2f}",
+                      f"{b['gpus_degraded']:.2f}",
+                      f"{b['bandwidth_lost']:.1%}" if b["gpus_degraded"] else "-",
+                      fo, f"{r['failover_s'].get(fo, 0.0):g}" if fo != "none" else "-",
+                      f"{r['interruptions']['probability'].get(b['component'], 0.0):.0%}")
+    console.print(t)
     if result["port_saving"]:
         t = Table(title="Switch ports: rail family vs fat tree (claim: ~40% fewer)",
                   title_justify="left")
