@@ -1,0 +1,355 @@
+"""Read and write the optics history table (CSV / Parquet) and the failure-labels CSV.
+
+The table has exactly the columns of :data:`fabricscope.optics.history.COLUMNS` (issue 12), so
+other tools can produce it. Parquet is read one row group at a time straight into
+preallocated numpy arrays (pyarrow -> numpy, no Python object per row); per-module strings
+(identity, device / port) are resolved once per distinct module and batch via dictionary
+encoding. Repairs, each warned once with a count:
+
+* extra columns: ignored; a required one missing: :class:`ConfigError` naming file and column;
+* ``ts`` as ISO-8601 text (CSV): parsed to int64 ns UTC;
+* clock jumps (``ts`` going backwards within a lane, in file order): rows sorted;
+* duplicated samples (same module, lane, ts): the later ones dropped;
+* counter resets (``fec_uncorrectable`` / ``crc_errors`` falling within a lane): kept, since
+  grading handles them, but counted.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from fabricscope.model.errors import ConfigError
+from fabricscope.optics.history import (
+    ALL_METRICS,
+    COLUMNS,
+    IDENTITY,
+    REQUIRED_COLUMNS,
+    THRESHOLD_COLUMNS,
+    FleetHistory,
+    ModuleTable,
+)
+from fabricscope.optics.readers.ethtool import parse_ts
+
+__all__ = ["Labels", "read_history", "read_labels", "write_history"]
+
+_STR_COLS = ("device", "port", *IDENTITY)
+_FLOAT_COLS = (*ALL_METRICS, *THRESHOLD_COLUMNS)
+_COUNTERS = ("fec_uncorrectable", "crc_errors")
+
+
+def _is_parquet(path: str) -> bool:
+    return path.lower().endswith((".parquet", ".pq", ".parq"))
+
+
+class _Modules:
+    """Global module index over batches: (device, port) -> row, identity and thresholds."""
+
+    def __init__(self) -> None:
+        self.index: dict[tuple[str, str], int] = {}
+        self.ident: dict[str, list[str]] = {c: [] for c in _STR_COLS}
+        self.th: dict[str, list[float]] = {c: [] for c in THRESHOLD_COLUMNS}
+
+    def add_batch(self, batch: pa.RecordBatch, names: Sequence[str]) -> npt.NDArray[np.int32]:
+        codes = []
+        dicts = []
+        for c in ("device", "port"):
+            col = batch.column(c)
+            if not pa.types.is_dictionary(col.type):
+                col = pc.dictionary_encode(pc.fill_null(col.cast(pa.string()), ""))
+            codes.append(pc.fill_null(col.indices, 0).to_numpy(zero_copy_only=False)
+                         .astype(np.int64))
+            dicts.append(["" if v is None else str(v) for v in col.dictionary.to_pylist()])
+        width = max(len(dicts[1]), 1)
+        enc = pc.dictionary_encode(pa.array(codes[0] * width + codes[1]))
+        local = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        uniq = [(dicts[0][int(c) // width], dicts[1][int(c) % width])
+                for c in enc.dictionary.to_numpy()]
+        # first row of each local module: its identity and thresholds (constant per module)
+        first = np.full(len(uniq), -1, dtype=np.int64)
+        order = np.arange(local.shape[0] - 1, -1, -1)
+        first[local[order]] = order
+        take = pa.array(first)
+        sub = {c: batch.column(c).take(take).to_pylist() for c in names
+               if c in _STR_COLS or c in THRESHOLD_COLUMNS}
+        mapping = np.empty(len(uniq), dtype=np.int32)
+        for j, (d, p) in enumerate(uniq):
+            gi = self.index.get((d, p))
+            if gi is None:
+                gi = len(self.index)
+                self.index[(d, p)] = gi
+                for c in _STR_COLS:
+                    v = sub[c][j] if c in sub else ""
+                    self.ident[c].append("" if v is None else str(v))
+                for c in THRESHOLD_COLUMNS:
+                    v = sub[c][j] if c in sub else None
+                    self.th[c].append(math.nan if v is None else float(v))
+            mapping[j] = gi
+        out: npt.NDArray[np.int32] = mapping[local]
+        return out
+
+    def table(self, lanes: npt.NDArray[np.int32]) -> ModuleTable:
+        return ModuleTable(
+            device=tuple(self.ident["device"]), port=tuple(self.ident["port"]),
+            vendor=tuple(self.ident["vendor"]), part_number=tuple(self.ident["part_number"]),
+            serial=tuple(self.ident["serial"]), media=tuple(self.ident["media"]),
+            lanes=lanes, thresholds={c: np.asarray(v, dtype=np.float64)
+                                     for c, v in self.th.items()},
+        )
+
+
+def _ts_column(col: pa.Array | pa.ChunkedArray, path: str, warnings: list[str]) -> pa.Array:
+    t = col.type
+    if pa.types.is_integer(t):
+        return col.cast(pa.int64())
+    note = (f"{path}: ts: ISO-8601 / timestamp values ({t}): converted to int64 ns UTC "
+            "(write int64 ns to skip this)")
+    if pa.types.is_timestamp(t):
+        if note not in warnings:
+            warnings.append(note)
+        return col.cast(pa.timestamp("ns", tz=t.tz)).cast(pa.int64())
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        if note not in warnings:
+            warnings.append(note)
+        vals = col.to_pylist()
+        out = np.empty(len(vals), dtype=np.int64)
+        for i, v in enumerate(vals):
+            try:
+                out[i] = parse_ts(str(v))
+            except ValueError as exc:
+                raise ConfigError(f"{path}: row {i + 2}: ts: {v!r}: not int64 ns or "
+                                  "ISO-8601") from exc
+        return pa.array(out)
+    raise ConfigError(f"{path}: ts: column type {t}: expected int64 ns or ISO-8601 text")
+
+
+def read_history(path: str | os.PathLike[str]) -> FleetHistory:
+    """The history table in ``path`` (``.parquet`` / ``.pq``, else CSV) as a :class:`FleetHistory`.
+
+    Raises :class:`ConfigError` when the file is missing / unreadable or lacks a required
+    column (``ts``, ``device``, ``port``, ``lane`` and the five core metrics); every other
+    problem is a warning in ``FleetHistory.warnings``.
+    """
+    p = os.fspath(path)
+    warnings: list[str] = []
+    try:
+        if _is_parquet(p):
+            pf = pq.ParquetFile(p, read_dictionary=list(_STR_COLS))
+            names = list(pf.schema_arrow.names)
+            n = pf.metadata.num_rows
+            batches: Iterator[pa.Table] = (pf.read_row_group(i, columns=[c for c in names if c in COLUMNS])
+                       for i in range(pf.num_row_groups))
+        else:
+            opts = pacsv.ConvertOptions(
+                column_types={**{c: pa.string() for c in _STR_COLS},
+                              **{c: pa.float64() for c in _FLOAT_COLS}},
+                strings_can_be_null=False)
+            tbl = pacsv.read_csv(p, convert_options=opts)
+            names = list(tbl.column_names)
+            n = tbl.num_rows
+            batches = iter([tbl])
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise ConfigError(f"{p}: cannot read the history table: {exc}") from exc
+    missing = [c for c in REQUIRED_COLUMNS if c not in names]
+    if missing:
+        raise ConfigError(f"{p}: required column {missing[0]!r} missing (columns needed: "
+                          f"{', '.join(REQUIRED_COLUMNS)})")
+    extra = [c for c in names if c not in COLUMNS]
+    if extra:
+        warnings.append(f"{p}: columns: {', '.join(extra)}: not history columns: ignored")
+    ts = np.empty(n, dtype=np.int64)
+    module = np.empty(n, dtype=np.int32)
+    lane = np.empty(n, dtype=np.int32)
+    metrics = {m: (np.empty(n, dtype=np.float32) if m in names
+                   else np.full(n, np.nan, dtype=np.float32)) for m in ALL_METRICS}
+    mods = _Modules()
+    r = 0
+    for batch in (rb for tbl_part in batches for rb in tbl_part.to_batches()):
+        k = batch.num_rows
+        if k == 0:
+            continue
+        sl = slice(r, r + k)
+        ts[sl] = _ts_column(batch.column("ts"), p, warnings).to_numpy(zero_copy_only=False)
+        lane_col = batch.column("lane")
+        if lane_col.null_count:
+            raise ConfigError(f"{p}: lane: {lane_col.null_count} empty values (rows "
+                              f"{r + 2}..): every row needs its 0-based lane")
+        lane[sl] = lane_col.cast(pa.int32()).to_numpy(zero_copy_only=False)
+        module[sl] = mods.add_batch(batch, names)
+        for m in ALL_METRICS:
+            if m in names:
+                col = batch.column(m)
+                if col.type != pa.float32():
+                    col = col.cast(pa.float32())
+                if col.null_count:
+                    col = col.fill_null(math.nan)
+                metrics[m][sl] = col.to_numpy(zero_copy_only=False)
+        r += k
+    bad_lane = int(np.count_nonzero((lane[:r] < 0) | (lane[:r] > 63)))
+    if bad_lane:
+        raise ConfigError(f"{p}: lane: {bad_lane} values outside 0..63")
+    return _finish(p, ts[:r], module[:r], lane[:r], {m: v[:r] for m, v in metrics.items()},
+                   mods, warnings)
+
+
+def _finish(
+    p: str, ts: npt.NDArray[np.int64], module: npt.NDArray[np.int32],
+    lane: npt.NDArray[np.int32], metrics: dict[str, npt.NDArray[np.float32]], mods: _Modules,
+    warnings: list[str],
+) -> FleetHistory:
+    key = module.astype(np.int64) * 64 + lane
+    n = ts.shape[0]
+    if n > 1:
+        contiguous = bool(np.all(np.diff(key) >= 0))
+        order = None if contiguous else np.argsort(key, kind="stable")
+        ks = key if order is None else key[order]
+        tk = ts if order is None else ts[order]
+        # within each lane, in file order: a step back in time is a clock jump
+        back = int(np.count_nonzero((np.diff(ks) == 0) & (np.diff(tk) < 0)))
+        if back:
+            warnings.append(f"{p}: ts: {back} samples go back in time within their lane "
+                            "(clock jump): rows sorted by time")
+            order = np.lexsort((ts, lane, module))
+        if order is not None:
+            ts, module, lane, key = ts[order], module[order], lane[order], key[order]
+            metrics = {m: v[order] for m, v in metrics.items()}
+        dup = np.flatnonzero((np.diff(key) == 0) & (np.diff(ts) == 0)) + 1
+        if dup.size:
+            keep = np.ones(n, dtype=bool)
+            keep[dup] = False
+            warnings.append(f"{p}: (module, lane, ts): {dup.size} duplicated samples: "
+                            "later copies dropped")
+            ts, module, lane, key = ts[keep], module[keep], lane[keep], key[keep]
+            metrics = {m: v[keep] for m, v in metrics.items()}
+        same_lane = np.diff(key) == 0
+        for c in _COUNTERS:
+            v = metrics[c]
+            with np.errstate(invalid="ignore"):
+                resets = int(np.count_nonzero(same_lane & (np.diff(v) < 0)))
+            if resets:
+                warnings.append(f"{p}: {c}: {resets} counter resets (value fell within a "
+                                "lane): kept, grading treats them as restarts")
+    lanes = np.zeros(len(mods.index), dtype=np.int32)
+    if n:
+        np.maximum.at(lanes, module, lane + 1)
+    return FleetHistory(ts=ts, module=module, lane=lane, metrics=metrics,
+                        modules=mods.table(lanes), warnings=tuple(warnings))
+
+
+def write_history(history: FleetHistory, path: str | os.PathLike[str], *,
+                  row_group_size: int = 1 << 20) -> None:
+    """Write ``history`` with exactly the table's columns: Parquet by suffix, else CSV.
+
+    Parquet stores device / port / identity dictionary-encoded (one string per module).
+    """
+    p = os.fspath(path)
+    mt = history.modules
+    idx = pa.array(history.module, type=pa.int32())
+    cols: dict[str, pa.Array] = {"ts": pa.array(history.ts, type=pa.int64())}
+    for c in ("device", "port"):
+        cols[c] = pa.DictionaryArray.from_arrays(idx, pa.array(getattr(mt, c), pa.string()))
+    cols["lane"] = pa.array(history.lane, type=pa.int32())
+    for m in ALL_METRICS:
+        cols[m] = pa.array(np.asarray(history.metrics[m], dtype=np.float32))
+    for c in IDENTITY:
+        cols[c] = pa.DictionaryArray.from_arrays(idx, pa.array(getattr(mt, c), pa.string()))
+    for c in THRESHOLD_COLUMNS:
+        per_mod = np.asarray(mt.thresholds.get(c, np.full(len(mt), np.nan)), dtype=np.float64)
+        cols[c] = pa.array(per_mod[history.module] if len(mt) else per_mod[:0])
+    table = pa.table({c: cols[c] for c in COLUMNS})
+    try:
+        if _is_parquet(p):
+            pq.write_table(table, p, row_group_size=row_group_size)
+        else:
+            plain = pa.table({c: (table[c].cast(pa.string()) if c in _STR_COLS else table[c])
+                              for c in COLUMNS})
+            pacsv.write_csv(plain, p)
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot write the history table: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class Labels:
+    """Failure labels: one row per failed module (what an RMA / ticket system exports).
+
+    ``failure_ts`` is int64 ns UTC; ``cause`` is ``""`` when not given.
+    """
+
+    device: tuple[str, ...]
+    port: tuple[str, ...]
+    serial: tuple[str, ...]
+    failure_ts: npt.NDArray[np.int64]
+    cause: tuple[str, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    def __len__(self) -> int:
+        return len(self.device)
+
+
+_TIME_COLS = ("failure_time", "failure_ts", "ts", "time")
+
+
+def read_labels(path: str | os.PathLike[str]) -> Labels:
+    """Failure labels from a CSV with ``device``, ``port``, ``serial``, a failure time column
+    (``failure_time`` / ``failure_ts`` / ``ts``: int ns or ISO-8601) and optional ``cause``.
+
+    A row without a time, or without both (device, port) and serial, is warned
+    (``FILE:LINE: field: value: skipped``) and skipped. A missing header column raises
+    :class:`ConfigError`.
+    """
+    p = os.fspath(path)
+    warnings: list[str] = []
+    dev: list[str] = []
+    prt: list[str] = []
+    ser: list[str] = []
+    ts: list[int] = []
+    cause: list[str] = []
+    try:
+        with open(p, newline="", encoding="utf-8") as fh:
+            rd = csv.DictReader(fh)
+            header = [h.strip() for h in (rd.fieldnames or [])]
+            rd.fieldnames = header
+            tcol = next((c for c in _TIME_COLS if c in header), None)
+            for need in ("device", "port", "serial"):
+                if need not in header:
+                    raise ConfigError(f"{p}:1: labels: column {need!r} missing "
+                                      "(need device, port, serial, failure_time[, cause])")
+            if tcol is None:
+                raise ConfigError(f"{p}:1: labels: no failure time column (one of "
+                                  f"{', '.join(_TIME_COLS)})")
+            for row in rd:
+                line = rd.line_num
+                d = (row.get("device") or "").strip()
+                po = (row.get("port") or "").strip()
+                s = (row.get("serial") or "").strip()
+                t = (row.get(tcol) or "").strip()
+                if not ((d and po) or s):
+                    warnings.append(f"{p}:{line}: device/port/serial: (empty): row names no "
+                                    "module: skipped")
+                    continue
+                try:
+                    tv = parse_ts(t)
+                except ValueError:
+                    warnings.append(f"{p}:{line}: {tcol}: {t or '(empty)'}: not int ns or "
+                                    "ISO-8601: skipped")
+                    continue
+                dev.append(d)
+                prt.append(po)
+                ser.append(s)
+                ts.append(tv)
+                cause.append((row.get("cause") or "").strip())
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read the labels: {exc.strerror}") from exc
+    return Labels(device=tuple(dev), port=tuple(prt), serial=tuple(ser),
+                  failure_ts=np.asarray(ts, dtype=np.int64), cause=tuple(cause),
+                  warnings=tuple(warnings))
