@@ -51,6 +51,9 @@ OPTIONAL_METRICS: tuple[str, ...] = (
     "laser_temp_c", "pre_fec_ber", "fec_uncorrectable", "crc_errors",
 )
 ALL_METRICS: tuple[str, ...] = METRICS + OPTIONAL_METRICS
+#: Cumulative counters: kept as float64 (float32 is exact only to 2^24, and a counter's
+#: increase between two samples is a difference of large numbers).
+COUNTER_METRICS: tuple[str, ...] = ("fec_uncorrectable", "crc_errors")
 IDENTITY: tuple[str, ...] = ("vendor", "part_number", "serial", "media")
 THRESHOLD_KINDS: tuple[str, ...] = ("high_alarm", "high_warn", "low_warn", "low_alarm")
 THRESHOLD_COLUMNS: tuple[str, ...] = tuple(
@@ -102,14 +105,15 @@ class FleetHistory:
     """The history table in memory, sorted by (module, lane, ts).
 
     ``module[r]`` and ``lane[r]`` locate row ``r``; ``metrics[name]`` holds every metric of
-    :data:`ALL_METRICS` as float32 (NaN where absent); ``ts`` is int64 ns. ``warnings`` are
+    :data:`ALL_METRICS` as float32 (NaN where absent), the cumulative counters of
+    :data:`COUNTER_METRICS` as float64; ``ts`` is int64 ns. ``warnings`` are
     one-line notes of what a reader skipped or repaired (file and position in each).
     """
 
     ts: I64
     module: I32
     lane: I32
-    metrics: Mapping[str, F32]
+    metrics: Mapping[str, npt.NDArray[np.floating]]
     modules: ModuleTable
     warnings: tuple[str, ...] = ()
 
@@ -133,14 +137,19 @@ def empty_thresholds(n: int) -> dict[str, npt.NDArray[np.float64]]:
     return {c: np.full(n, np.nan) for c in THRESHOLD_COLUMNS}
 
 
+def metric_dtype(name: str) -> type[np.floating]:
+    """float64 for the cumulative counters, float32 for every other metric."""
+    return np.float64 if name in COUNTER_METRICS else np.float32
+
+
 def sort_rows(
     ts: I64, module: I32, lane: I32, metrics: Mapping[str, npt.ArrayLike]
-) -> tuple[I64, I32, I32, dict[str, F32]]:
-    """Rows sorted by (module, lane, ts); metrics cast to float32."""
+) -> tuple[I64, I32, I32, dict[str, npt.NDArray[np.floating]]]:
+    """Rows sorted by (module, lane, ts); metrics cast to :func:`metric_dtype`."""
     order = np.lexsort((ts, lane, module))
-    out = {k: np.asarray(v, dtype=np.float32)[order] for k, v in metrics.items()}
+    out = {k: np.asarray(v, dtype=metric_dtype(k))[order] for k, v in metrics.items()}
     for k in ALL_METRICS:
-        out.setdefault(k, np.full(order.shape[0], np.nan, dtype=np.float32))
+        out.setdefault(k, np.full(order.shape[0], np.nan, dtype=metric_dtype(k)))
     return ts[order], module[order], lane[order], out
 
 

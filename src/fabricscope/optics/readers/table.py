@@ -33,11 +33,13 @@ from fabricscope.model.errors import ConfigError
 from fabricscope.optics.history import (
     ALL_METRICS,
     COLUMNS,
+    COUNTER_METRICS,
     IDENTITY,
     REQUIRED_COLUMNS,
     THRESHOLD_COLUMNS,
     FleetHistory,
     ModuleTable,
+    metric_dtype,
 )
 from fabricscope.optics.readers.ethtool import parse_ts
 
@@ -170,8 +172,8 @@ def read_history(path: str | os.PathLike[str]) -> FleetHistory:
     ts = np.empty(n, dtype=np.int64)
     module = np.empty(n, dtype=np.int32)
     lane = np.empty(n, dtype=np.int32)
-    metrics = {m: (np.empty(n, dtype=np.float32) if m in names
-                   else np.full(n, np.nan, dtype=np.float32)) for m in ALL_METRICS}
+    metrics = {m: (np.empty(n, dtype=metric_dtype(m)) if m in names
+                   else np.full(n, np.nan, dtype=metric_dtype(m))) for m in ALL_METRICS}
     mods = _Modules()
     r = 0
     for batch in (rb for tbl_part in batches for rb in tbl_part.to_batches()):
@@ -189,8 +191,9 @@ def read_history(path: str | os.PathLike[str]) -> FleetHistory:
         for m in ALL_METRICS:
             if m in names:
                 col = batch.column(m)
-                if col.type != pa.float32():
-                    col = col.cast(pa.float32())
+                want = pa.float64() if m in COUNTER_METRICS else pa.float32()
+                if col.type != want:
+                    col = col.cast(want)
                 if col.null_count:
                     col = col.fill_null(math.nan)
                 metrics[m][sl] = col.to_numpy(zero_copy_only=False)
@@ -260,7 +263,7 @@ def write_history(history: FleetHistory, path: str | os.PathLike[str], *,
         cols[c] = pa.DictionaryArray.from_arrays(idx, pa.array(getattr(mt, c), pa.string()))
     cols["lane"] = pa.array(history.lane, type=pa.int32())
     for m in ALL_METRICS:
-        cols[m] = pa.array(np.asarray(history.metrics[m], dtype=np.float32))
+        cols[m] = pa.array(np.asarray(history.metrics[m], dtype=metric_dtype(m)))
     for c in IDENTITY:
         cols[c] = pa.DictionaryArray.from_arrays(idx, pa.array(getattr(mt, c), pa.string()))
     for c in THRESHOLD_COLUMNS:
