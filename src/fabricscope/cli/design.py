@@ -130,7 +130,8 @@ def _print_tables(result: dict[str, Any]) -> None:
         cells = [r["name"], f"{r['gpus']:,}"]
         for lb in lbs:
             st = r["steps"].get(lb)
-            cells += [f"{st['step_s']:.3f}", f"{st['efficiency']:.1%}"] if st else ["-", "-"]
+            cells += ([f"{st['step_s']:.3f}", f"{st['efficiency']:.1%}"] if st
+                      else (["skipped", "-"] if lb in (r.get("skipped") or {}) else ["-", "-"]))
         deg = r.get("degraded") or {}
         cells.append("; ".join(f"{lb}: {d['step_s']:.3f} s ({d['fault']})" for lb, d in deg.items()) or "-")
         t.add_row(*cells)
@@ -142,6 +143,9 @@ def _print_tables(result: dict[str, Any]) -> None:
         cells.append(f"assumes {e['tiers_assumed']} tiers, no collisions")
         t.add_row(*cells)
     console.print(t)
+    for r in rows:
+        for lb, why in (r.get("skipped") or {}).items():
+            console.print(f"note: {r['name']} @ {r['gpus']:,} GPUs: {lb} skipped: {why}")
     t = Table(title="Availability and goodput (job on every GPU)", title_justify="left")
     for col in ("design", "GPUs", "interrupts/day", "fabric share", "job MTBF h",
                 "Young min", "Daly min", "goodput", "MC goodput p5-p95", "fabric avail.",

@@ -36,6 +36,7 @@ from fabricscope.design.reliability import (
 )
 from fabricscope.design.scaling import (
     JobShape,
+    SimulationTooLarge,
     StepTime,
     analytical_step,
     device_down,
@@ -139,14 +140,18 @@ def evaluate(
     t = lap("reliability_s", t)
     steps: dict[str, dict[str, Any]] = {}
     degraded: dict[str, dict[str, Any]] = {}
+    skipped: dict[str, str] = {}
     if options.simulate:
         for lb in job.lb:
-            steps[lb] = simulated_step(fabric, job, lb=lb).to_json()
+            try:
+                steps[lb] = simulated_step(fabric, job, lb=lb).to_json()
+            except SimulationTooLarge as exc:
+                skipped[lb] = str(exc)
         t = lap("simulate_s", t)
         worst = _worst_survivable(fabric, rows) if options.degraded else None
         if worst is not None:
             comp, dev = worst
-            for lb in job.lb[:1]:
+            for lb in [x for x in job.lb if x in steps][:1]:
                 st = simulated_step(fabric, job, lb=lb, faults=device_down(fabric, dev),
                                     fault_label=f"{comp} {dev} down")
                 degraded[lb] = st.to_json()
@@ -169,6 +174,7 @@ def evaluate(
         "montecarlo": asdict(mc) if mc is not None else None,
         "steps": steps,
         "degraded": degraded,
+        "skipped": skipped,
         "failover_s": dict(DEFAULT_FAILOVER_S), "survive_s": DEFAULT_SURVIVE_S,
         "seconds": round(time.perf_counter() - t0, 3), "timings": timings,
     }

@@ -9,7 +9,8 @@ ECMP collisions shrink (SIMULATION.md §2). "Adding GPUs adds no compute" is the
 the sync dominates.
 
 The DP sync is a ring all-reduce per (stage, TP index), NCCL-style over the rail of its TP
-index (PXN): every ring hop between servers is a connection of ``qps`` flows (queue pairs on
+index (PXN: a rank whose GPU sits on another rail hands its data over NVLink to the GPU of
+rail ``t`` first): every ring hop between servers is a connection of ``qps`` flows (queue pairs on
 distinct source ports, Gangidi et al., SIGCOMM'24), all rings at once. The flow engine
 solves the max-min rates of one steady-state step (docs/design/workloads-ring-steady-state.md)
 under ``ecmp`` or ``spray``; each ring then takes ``steps * (alpha + max over its hops of
@@ -132,6 +133,16 @@ def job_from_mapping(data: object, *, source: str) -> JobShape:
         raise ConfigError(f"{source}: {exc}") from None
 
 
+#: Most spray-router cache entries (edge weights of a per-(switch, destination) DAG) a
+#: simulated step may build: about 1.5 GB. Sprayed rings between random servers of a
+#: 3-tier 32k-GPU fabric need ~3 x 10^8 (measured 24 GB and 7.6 min), so they are refused.
+SPRAY_BUDGET_ENTRIES = 20_000_000
+
+
+class SimulationTooLarge(WorkloadError):
+    """A simulated step would need more memory than :data:`SPRAY_BUDGET_ENTRIES` allows."""
+
+
 @dataclass(frozen=True)
 class StepTime:
     """One step's time on a design at one scale, and where it went."""
@@ -199,13 +210,39 @@ def dp_rings(fabric: Fabric, job: JobShape, gpus: int, *, qps: int | None = None
             members = tuple(range(dp))
             lo = len(fl)
             tag = f"dp/p{p}/t{t}"
-            for _, s, d_, _ in fabric_hops(sub, members, channel=0, rail_aligned=False):
+            # PXN (NCCL): a hop leaves and enters servers on the NICs of rail t, whatever
+            # GPU the rank runs on (NVLink moves the data to that rail's GPU first).
+            for _, s, d_, _ in fabric_hops(sub, members, channel=t, rail_aligned=True):
                 for q in range(nq):
                     fl.add(s, d_, chunk / nq, tag=tag, src_port=connection_port(s, d_, tag, q))
             groups.append((lo, len(fl)))
     wl = Workload(name=f"dp-sync-{gpus}", flows=fl.flows(), collective="none",
                   n_ranks=gpus, size_bytes=chunk, meta={"steady_state": True})
     return _Rings(wl, tuple(groups), nq, dp, chunk)
+
+
+def spray_cost(fabric: Fabric, workload: Workload, *, routing: Routing | None = None,
+               samples: int = 4) -> tuple[int, int]:
+    """Estimated (distinct (leaf, destination leaves) pairs, spray-cache entries) of a step.
+
+    The spray router caches one DAG of edge weights per (first switch, destination
+    attachment); flows inside one leaf need none. Entries are the pairs times the largest
+    DAG among a few sampled pairs (every pair of a Clos has about the same DAG size).
+    """
+    lv = fabric.leaves_of_nic
+    pairs: dict[tuple[str, tuple[str, ...]], tuple[str, str]] = {}
+    for fl in workload.flows:
+        dst = lv.get(fl.dst, ())
+        for leaf in lv.get(fl.src, ()):
+            if leaf not in dst:
+                pairs.setdefault((leaf, dst), (leaf, fl.dst))
+    if not pairs:
+        return 0, 0
+    rt = routing if routing is not None else Routing(fabric)
+    items = list(pairs.values())
+    step = max(1, len(items) // samples)
+    size = max(len(rt.spray_weights(a, b)) for a, b in items[::step][:samples])
+    return len(pairs), len(pairs) * size
 
 
 def _tp_pp_s(job: JobShape, nic_gbps: float) -> tuple[float, float]:
@@ -239,6 +276,15 @@ def simulated_step(
     """One step of ``job`` on every GPU of ``fabric`` with the DP sync from the flow engine."""
     gpus = fabric.gpu_count
     rings = dp_rings(fabric, job, gpus, qps=1 if lb == "spray" else None)
+    if lb == "spray":
+        pairs, entries = spray_cost(fabric, rings.workload, routing=routing)
+        if entries > SPRAY_BUDGET_ENTRIES:
+            raise SimulationTooLarge(
+                f"spray at {gpus} GPUs ({job.placement} placement): {pairs:,} sprayed "
+                f"(switch, destination) pairs need ~{entries / 1e6:,.0f}M cached path weights "
+                f"(budget {SPRAY_BUDGET_ENTRIES / 1e6:.0f}M, ~{entries * 80 / 2**30:.0f} GiB): "
+                "not simulated; use in-order placement, a smaller scale, or --lb ecmp"
+            )
     ss = steady_state_rates(fabric, rings.workload, lb=lb, faults=list(faults), seed=job.seed)
     lat = path_latency_s(fabric, rings.workload, routing=routing)
     rates = ss.rates_bps
