@@ -63,6 +63,7 @@ _COMMAND_MODULES = (
     "fabricscope.cli.probe",
     "fabricscope.cli.lab",
     "fabricscope.cli.straggler",
+    "fabricscope.cli.optics",
     "fabricscope.cli.supervise",
     "fabricscope.cli.diagnose",
     "fabricscope.cli.incidents",
