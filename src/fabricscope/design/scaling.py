@@ -55,8 +55,9 @@ class JobShape:
     split over ``tp * pp`` shards; ``compute_s`` is one step's compute per GPU; ``overlap`` the
     fraction of it that can hide the DP sync (0: none, bucketed overlap makes it ~0.3-0.6);
     ``tp_bytes`` per rank per step over NVLink (``nvlink_gbps``); ``pp_bytes`` activations per
-    micro-batch between stages; ``alpha_us`` per ring step (NCCL's per-step latency).
-    ``checkpoint_s`` is the time to write one checkpoint (Young/Daly's delta) and
+    micro-batch between stages; ``alpha_us`` per ring step (NCCL's per-step latency);
+    ``placement`` ``in-order`` (servers in id order) or ``random`` (whole servers in a
+    seeded random order: a fragmented cluster). ``checkpoint_s`` is the time to write one checkpoint (Young/Daly's delta) and
     ``restart_s`` the time from an interruption to training again (reschedule, load the
     checkpoint: Daly's R).
     """
@@ -199,7 +200,7 @@ def dp_rings(fabric: Fabric, job: JobShape, gpus: int, *, qps: int | None = None
     dp = job.dp_for(gpus)
     if dp < 2:
         raise WorkloadError(f"{job.source}: dp = {dp}: no data-parallel sync to simulate")
-    placement = place_ranks(fabric, gpus, policy=job.placement, seed=job.seed)
+    placement = _placement(fabric, gpus, job)
     chunk = job.grad_bytes / (job.tp * job.pp) / dp
     fl = FlowList()
     groups: list[tuple[int, int]] = []
@@ -243,6 +244,24 @@ def spray_cost(fabric: Fabric, workload: Workload, *, routing: Routing | None = 
     step = max(1, len(items) // samples)
     size = max(len(rt.spray_weights(a, b)) for a, b in items[::step][:samples])
     return len(pairs), len(pairs) * size
+
+
+def _placement(fabric: Fabric, gpus: int, job: JobShape) -> Placement:
+    """Ranks on GPU slots: servers in id order, or whole servers in a seeded random order.
+
+    ``random`` is a fragmented cluster as schedulers make it: a job gets whole servers,
+    scattered over the fabric, so TP groups stay inside a server and DP rings hop between
+    servers anywhere (Gangidi et al., SIGCOMM'24 measured >30% slower training from it).
+    """
+    base = place_ranks(fabric, gpus, policy="in-order")
+    if job.placement == "in-order":
+        return base
+    hosts = list(base.hosts)
+    order = np.random.default_rng(job.seed).permutation(len(hosts))
+    by_host = base.ranks_of_host
+    ranks = [r for i in order for r in by_host[hosts[int(i)]]]
+    sub = base.subset(ranks)
+    return Placement(sub.slots, "random-servers", sub.rail_nics)
 
 
 def _tp_pp_s(job: JobShape, nic_gbps: float) -> tuple[float, float]:
