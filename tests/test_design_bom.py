@@ -244,7 +244,7 @@ nic: {port_price_usd: 99}
         ("prefer: {orbit: DAC}\n", "prefer.orbit: unknown reach class"),
         ("optics: {}\n", "optics: unknown catalog section"),
         ("switches: {a: 1}\n", "switches: must be a list"),
-        ("switches: [\n", "not valid YAML"),
+        ("switches: [\n", "malformed YAML"),
         ("- 1\n- 2\n", "expected a mapping"),
     ],
 )

@@ -74,7 +74,7 @@ def test_design_file_errors_name_the_file_and_field(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"params\.spine_mode: not a fat-tree parameter"):
         load_design(bad)
     bad.write_text("name: x\nkind: [\n")
-    with pytest.raises(ConfigError, match=r"d\.yaml: line \d+ not valid YAML"):
+    with pytest.raises(ConfigError, match=r"d\.yaml:\d+:\d+: malformed YAML"):
         load_design(bad)
     with pytest.raises(ConfigError, match="cannot read"):
         load_design(tmp_path / "missing.yaml")

@@ -226,14 +226,13 @@ def register(app: typer.Typer) -> None:
         out: Path | None = typer.Option(None, "--out", "-o", help="Also write the JSON result to this file."),
         workers: int = typer.Option(0, "--workers", help="Worker processes (default: CPU count, at most the number of cases)."),
     ) -> None:
-        import yaml
-
         from fabricscope.cli._outputs import check_output_dir, check_output_file
         from fabricscope.design.catalog import default_catalog, load_catalog
         from fabricscope.design.compare import Options, summarize
         from fabricscope.design.scaling import job_from_mapping
         from fabricscope.design.spec import DESIGN_KINDS, check_size, load_design
         from fabricscope.model.errors import ConfigError
+        from fabricscope.model.yamlfile import read_yaml
 
         scales = _int_list(gpus, "--gpus")
         ext = _int_list(extrapolate, "--extrapolate") if extrapolate else []
@@ -253,13 +252,7 @@ def register(app: typer.Typer) -> None:
         if dup:
             raise ConfigError(f"designs: name {dup[0]!r} is used by two files; names must differ")
         if job_file is not None:
-            try:
-                data = yaml.safe_load(job_file.read_text(encoding="utf-8"))
-            except OSError as exc:
-                raise ConfigError(f"{job_file}: cannot read job file: {exc.strerror or exc}") from None
-            except yaml.YAMLError as exc:
-                raise ConfigError(f"{job_file}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
-            job = job_from_mapping(data, source=str(job_file))
+            job = job_from_mapping(read_yaml(job_file, what="job file"), source=str(job_file))
         else:
             job = job_from_mapping(None, source="default job")
         if lb is not None:

@@ -34,10 +34,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.model.errors import ConfigError
+from fabricscope.model.yamlfile import parse_yaml, read_yaml
 
 __all__ = [
     "LINK_PAIRS",
@@ -250,11 +249,7 @@ def default_catalog() -> Catalog:
 def load_catalog(path: str | Path) -> Catalog:
     """The default catalog with the overrides of the YAML file ``path`` merged onto it."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read catalog: {exc.strerror or exc}") from exc
-    return _from_text(text, str(p), base=default_catalog())
+    return _from_data(read_yaml(p, what="catalog"), str(p), base=default_catalog())
 
 
 # ---------------------------------------------------------------------- parsing
@@ -265,13 +260,10 @@ _NIC_FIELDS = tuple(f.name for f in fields(NicSpec))
 
 
 def _from_text(text: str, source: str, *, base: Catalog | None) -> Catalog:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{source}:{where}: not valid YAML: "
-                          f"{getattr(exc, 'problem', None) or exc}") from exc
+    return _from_data(parse_yaml(text, source=source), source, base=base)
+
+
+def _from_data(data: object, source: str, *, base: Catalog | None) -> Catalog:
     if data is None:
         data = {}
     if not isinstance(data, Mapping):

@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from fabricscope.fabric.builders import (
     dual_tor_fabric,
     fat_tree_fabric,
@@ -34,6 +32,7 @@ from fabricscope.fabric.builders import (
 )
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.model.errors import ConfigError, InventoryError
+from fabricscope.model.yamlfile import read_yaml
 
 DESIGN_KINDS: tuple[str, ...] = ("fat-tree", "rail-optimized", "multi-plane", "dual-tor")
 _RAIL_BUILDERS = {
@@ -111,18 +110,7 @@ def design_from_mapping(data: object, *, source: str) -> DesignSpec:
 
 def load_design(path: str | Path) -> DesignSpec:
     """Read one design file (YAML). Missing file or bad YAML: :class:`ConfigError`."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read design file: {exc.strerror or exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{p}:{where} not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    return design_from_mapping(data, source=str(p))
+    return design_from_mapping(read_yaml(path, what="design file"), source=str(path))
 
 
 def servers_for(spec: DesignSpec, gpus: int) -> int:

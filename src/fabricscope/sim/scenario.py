@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from fabricscope.fabric.hashing import HASH_FUNCTIONS, HashConfig
 from fabricscope.fabric.inventory import Fabric, port_device
 from fabricscope.model.errors import ConfigError, FabricscopeError
+from fabricscope.model.yamlfile import read_yaml
 from fabricscope.sim.engine import Progress, simulate
 from fabricscope.sim.faults import Fault
 from fabricscope.sim.flows import Workload
@@ -428,20 +428,7 @@ def parse_scenario(data: object, *, source: str = "<scenario>") -> Scenario:
 def read_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario YAML file."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read scenario: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{p}{where}: malformed YAML: {problem}") from None
-    return parse_scenario(data, source=str(p))
+    return parse_scenario(read_yaml(p, what="scenario"), source=str(p))
 
 
 def _scalar(text: str) -> object:
