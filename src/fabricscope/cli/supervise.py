@@ -13,7 +13,7 @@ On the twin (the only mode in this release): builds a digital twin of FABRIC, in
 
 FABRIC: an inventory file (.yaml/.json) or a builder spec such as rail-optimized:servers=32.
 
---fault KIND:SUBJECT[@START[-END]][,KEY=VALUE...]: KIND one of the twin's fault kinds (gray-loss, link-flap, link-down, link-degraded, congestion, micro-burst, pfc-storm, optic-degrading, switch-fault, nic-fault, slow-nic, slow-gpu, cpu-starved), SUBJECT an inventory id (a direction a->b or a cable a|b for link faults, a port, a switch, a NIC, host/gpuN, a host), START/END times from the start (30s, 2m), parameters optional with defaults (gray-loss loss=0.02, slow-nic factor=0.2, ...).
+--fault KIND:SUBJECT[@START[-END]][,KEY=VALUE...]: KIND one of the twin's fault kinds (gray-loss, link-flap, link-down, link-degraded, congestion, micro-burst, pfc-storm, optic-degrading, switch-fault, nic-fault, slow-nic, slow-gpu, cpu-starved), SUBJECT an inventory id (a direction a->b or a cable a|b for link faults, a port, a switch, a NIC, host/gpuN, a host), START/END times from the start (30s, 2m), parameters optional with defaults (gray-loss loss=0.02, slow-nic factor=0.2, ...); optic-degrading takes mode=aging-laser|dirty-connector|bent-fiber|hot-module (each with its own DOM signature, CRC errors and probe loss from the RS(544,514) FEC cliff) or the default generic drift.
 
 Prints each incident (root cause, probability, time from the first symptom to the root cause, proposed action) and, with faults given, the injected truth against what was concluded. Actions are proposed, never executed: execution needs an approval step this release does not have.
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.model.errors import ConfigError, FabricscopeError
 from fabricscope.sim.clock import Clock, WallClock
-from fabricscope.sim.faults import Fault, FaultSchedule
+from fabricscope.sim.faults import Fault, FaultSchedule, param_value
 from fabricscope.telemetry.limits import TargetLimits
 from fabricscope.telemetry.target import Credentials, GnmiTarget, TLSFiles
 from fabricscope.twin.state import Twin, TwinConfig, background_load
@@ -214,8 +214,6 @@ def parse_fault(text: str, *, t0_ns: int = 0, source: str = "--fault") -> Fault:
         elif k == "end":
             end = t0_ns + parse_duration_ns(v, f"{source}: end")
         else:
-            try:
-                params[k] = float(v)
-            except ValueError:
-                raise ConfigError(f"{source}: {text!r}: {k}: expected a number, got {v!r}") from None
+            # a number, or a documented name (optic-degrading mode=aging-laser)
+            params[k] = param_value(kind, k, v, source=f"{source}: {text!r}")
     return Fault(kind, subject, start, end, params)  # type: ignore[arg-type]

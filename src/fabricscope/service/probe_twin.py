@@ -28,7 +28,7 @@ from fabricscope.probe.analysis import (
 )
 from fabricscope.probe.localize import FindingTracker, PathModel
 from fabricscope.probe.plan import ProbePlan, plan_mesh
-from fabricscope.sim.faults import Fault, FaultSchedule
+from fabricscope.sim.faults import Fault, FaultSchedule, optic_mode
 from fabricscope.twin.probe_transport import (
     FlowTable,
     ProbeBatch,
@@ -187,6 +187,17 @@ def run_scenario(
 
 PROBE_FAULT_KINDS = ("gray-loss", "link-down", "link-delay", "congestion", "switch-fault",
                      "nic-fault", "cpu-starved")
+
+
+def probe_visible(fault: Fault) -> bool:
+    """Whether the probe transport models ``fault``: the kinds above, and an optic whose
+    ``mode`` (aging-laser, dirty-connector, bent-fiber, hot-module) raises frame loss; the
+    ``generic`` optic drift changes readings only."""
+    if fault.kind in PROBE_FAULT_KINDS:
+        return True
+    return fault.kind == "optic-degrading" and optic_mode(fault) != "generic"
+
+
 _ALIASES = {"gray": "gray-loss", "delay": "link-delay", "down": "link-down", "switch": "switch-fault",
             "nic": "nic-fault", "cpu": "cpu-starved"}
 
@@ -211,9 +222,10 @@ def parse_probe_fault(text: str, fabric: Fabric, *, source: str = "--fault") -> 
     head, _, tail = text.partition(" ")
     text = f"{_ALIASES.get(head, head)} {tail}"
     fault = parse_fault(text, source=source)
-    if fault.kind not in PROBE_FAULT_KINDS:
+    if not probe_visible(fault):
         raise ConfigError(f"{source}: {text!r}: {fault.kind} is not visible to probes; "
-                          f"choose one of {', '.join(PROBE_FAULT_KINDS)}")
+                          f"choose one of {', '.join(PROBE_FAULT_KINDS)} or optic-degrading "
+                          "with mode=aging-laser|dirty-connector|bent-fiber|hot-module")
     # Resolve the subject now (one clear line, not a failure deep in the transport).
     try:
         ProbeTransport(fabric, faults=FaultSchedule.of([fault]))

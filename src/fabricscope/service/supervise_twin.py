@@ -29,7 +29,7 @@ from fabricscope.fabric.inventory import Fabric
 from fabricscope.fabric.io import read_fabric
 from fabricscope.model.errors import ConfigError
 from fabricscope.service.instruments import Instrument, ScenarioSpec
-from fabricscope.sim.faults import FAULT_KINDS, Fault
+from fabricscope.sim.faults import FAULT_KINDS, Fault, param_value
 
 NS = 1_000_000_000
 
@@ -85,10 +85,8 @@ def parse_twin_fault(text: str, fabric: Fabric, *, source: str = "--fault") -> F
         k, eq, v = kv.partition("=")
         if not eq:
             raise ConfigError(f"{source}: {text!r}: expected KEY=VALUE, got {kv!r}")
-        try:
-            params[k.strip()] = float(v)
-        except ValueError:
-            raise ConfigError(f"{source}: {text!r}: {k.strip()}: expected a number, got {v!r}") from None
+        # a number, or a documented name (optic-degrading mode=aging-laser)
+        params[k.strip()] = param_value(kind, k.strip(), v, source=f"{source}: {text!r}")
     if "->" in subject:
         a, _, b = subject.partition("->")
         ok = fabric.peer_port.get(a) == b

@@ -12,7 +12,12 @@ what they cover, and responders stamp receive/send times on their own (offset) c
 * ``switch-fault`` (``loss``, ``delay_ns``): every packet entering the switch;
 * ``nic-fault`` (``loss``, ``delay_ns``): every packet sent or received by the NIC;
 * ``cpu-starved`` (``delay_ns``) on a host or NIC: responder processing delay (exponential
-  with that mean), never network loss.
+  with that mean), never network loss;
+* ``optic-degrading`` on a port ``P`` with a physical ``mode`` (aging-laser, dirty-connector,
+  bent-fiber, hot-module): probes entering ``P`` (``peer->P``) and entering its peer
+  (``P->peer``) are lost with the RS(544,514) frame loss of that receiver's BER at the probe's
+  send time (:func:`fabricscope.twin.optics_physics.mode_frame_loss`, the function the twin's
+  counters use, for a frame of ``probe_frame_bytes``); ``generic`` stays invisible to probes.
 
 Everything is vectorized over probes: a batch of a million probes costs a few numpy passes.
 Paths are computed once per registered flow. Time enters as arrays of send times (or a
@@ -33,10 +38,15 @@ from fabricscope.fabric.routing import PathTable, Routing
 from fabricscope.model.errors import ConfigError
 from fabricscope.model.records import FiveTuple, ProbeSample
 from fabricscope.sim.clock import Clock
-from fabricscope.sim.faults import Fault, FaultSchedule
+from fabricscope.sim.faults import Fault, FaultSchedule, optic_mode
+from fabricscope.twin.optics_physics import mode_code, mode_frame_loss
 
 I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
 LOST = -1
+NS_PER_DAY = 86_400 * 1_000_000_000
+#: A probe on the wire: 48-byte payload + UDP 8 + IPv4 20 + Ethernet 14 + FCS 4.
+PROBE_FRAME_BYTES = 94
 
 
 class FlowTable(Sequence[tuple[str, str, FiveTuple]]):
@@ -116,6 +126,8 @@ class _Effect:
     loss: float
     delay_ns: float
     kind: str
+    # per-probe loss from send times (a degrading optic: loss grows with time), else None
+    loss_at: Callable[[I64], F64] | None = None
 
 
 class ProbeTransport:
@@ -131,6 +143,9 @@ class ProbeTransport:
         Seed for drops, jitter and clock offsets.
     timeout_ns:
         A reply slower than this counts as lost (the prober gave up).
+    optic_lanes, probe_frame_bytes:
+        Lanes of the twin's optics (``TwinConfig.lanes``) and a probe's size on the wire, for
+        the frame loss of a degrading optic (:mod:`fabricscope.twin.optics_physics`).
     """
 
     def __init__(
@@ -145,6 +160,8 @@ class ProbeTransport:
         responder_ns: float = 8_000.0,
         queue_unit_ns: float = 1_000.0,
         background_loss: float = 0.0,
+        optic_lanes: int = 4,
+        probe_frame_bytes: int = PROBE_FRAME_BYTES,
     ) -> None:
         self.fabric = fabric
         self.routing = routing or Routing(fabric)
@@ -155,6 +172,11 @@ class ProbeTransport:
         self.responder_ns = float(responder_ns)
         self.queue_unit_ns = float(queue_unit_ns)
         self.background_loss = float(background_loss)
+        if optic_lanes < 1 or probe_frame_bytes < 1:
+            raise ConfigError(f"ProbeTransport: optic_lanes ({optic_lanes!r}) and "
+                              f"probe_frame_bytes ({probe_frame_bytes!r}) must be >= 1")
+        self.optic_lanes = int(optic_lanes)
+        self.probe_frame_bytes = int(probe_frame_bytes)
         ix = fabric.index
         self._ix = ix
         # Responders stamp on their own clocks: a per-NIC offset (seconds apart) so nothing
@@ -165,7 +187,7 @@ class ProbeTransport:
         self._tables: list[tuple[PathTable, PathTable]] = []
         self._flow_cache: dict[object, tuple[I64, I64]] = {}
         self._arrays: tuple[I64, I64, I64, I64, I64, I64] | None = None
-        self._effects = [self._effect(f) for f in self.faults.faults]
+        self._effects = [e for f in self.faults.faults for e in self._effects_of(f)]
 
     # ------------------------------------------------------------------ faults
     def _edges_of_link(self, subject: str) -> npt.NDArray[np.bool_]:
@@ -178,6 +200,38 @@ class ProbeTransport:
         else:
             raise ConfigError(f"fault subject {subject!r}: expected a link 'a->b' or 'a|b'")
         return m
+
+    def _effects_of(self, f: Fault) -> list[_Effect]:
+        if f.kind == "optic-degrading" and mode_code(optic_mode(f)) != 0:
+            return self._optic_effects(f)
+        return [self._effect(f)]
+
+    def _optic_effects(self, f: Fault) -> list[_Effect]:
+        """Two effects of a degrading optic on port ``P``: loss into ``P`` and into its peer."""
+        peer = self.fabric.peer_port.get(f.subject)
+        if peer is None:
+            raise ConfigError(f"fault {f.kind}: subject: no such cabled port {f.subject!r} in "
+                              f"{self.fabric.name} (expected 'switch:ethN')")
+        code = mode_code(f.param("mode", 0.0))
+        rate, accel, lane = f.param("rate", 1.0), f.param("accel", 1.0), f.param("lane", 0.0)
+        if code == 1 and not (lane.is_integer() and 0 <= lane < self.optic_lanes):
+            raise ConfigError(f"fault {f.kind} on {f.subject}: lane: must be an integer in "
+                              f"0..{self.optic_lanes - 1}, got {lane!r}")
+        lanes, size = self.optic_lanes, self.probe_frame_bytes
+
+        def at(end: int) -> Callable[[I64], F64]:
+            def loss(t_send: I64) -> F64:
+                days = (np.asarray(t_send, dtype=np.float64) - f.start_ns) / NS_PER_DAY * accel
+                return mode_frame_loss(code, days, rate=rate, lanes=lanes, lane=int(lane),
+                                       frame_bytes=size)[end]
+            return loss
+
+        out = []
+        for end, edge in ((0, f"{peer}->{f.subject}"), (1, f"{f.subject}->{peer}")):
+            m = np.zeros(self._ix.n_edges, dtype=bool)
+            m[self.fabric.edge_index(edge)] = True
+            out.append(_Effect(f, m, 0.0, 0.0, f.kind, at(end)))
+        return out
 
     def _effect(self, f: Fault) -> _Effect:
         ix = self._ix
@@ -343,6 +397,13 @@ class ProbeTransport:
             if eff.loss > 0:
                 p_fwd = p_fwd * (1.0 - eff.loss) ** cf
                 p_rev = p_rev * (1.0 - eff.loss) ** cr
+            if eff.loss_at is not None:
+                hit = (cf > 0) | (cr > 0)
+                if hit.any():
+                    keep = np.ones(n)
+                    keep[hit] = 1.0 - eff.loss_at(t_send[hit])
+                    p_fwd = p_fwd * keep ** cf
+                    p_rev = p_rev * keep ** cr
             if eff.delay_ns > 0:
                 if eff.kind == "congestion":
                     d_fwd += np.where(cf > 0, self.rng.exponential(eff.delay_ns, n) * cf, 0.0)

@@ -20,8 +20,13 @@ Model (deliberately simple, documented in docs/telemetry.md):
 * ``link-flap``/``link-down`` take oper-status DOWN (first half of every ``period_ns``),
   counting carrier transitions and carrying nothing while down;
 * ``pfc-storm`` makes a port emit pause frames at ``rate``/s; its peer stops sending;
-* ``optic-degrading`` drifts the transceiver: tx/rx power down ``rate`` dB/day (times
-  ``accel``), laser bias and temperature up, pre-FEC BER up an order of magnitude per 3 dB.
+* ``optic-degrading`` drifts the transceiver. ``mode`` ``generic`` (the default): tx/rx power
+  down ``rate`` dB/day (times ``accel``), laser bias and temperature up, pre-FEC BER up an
+  order of magnitude per 3 dB, readings only. ``aging-laser`` / ``dirty-connector`` /
+  ``bent-fiber`` / ``hot-module``: the physics of :mod:`fabricscope.twin.optics_physics` at
+  this end and the peer's (the cable's other end), and the frame loss of RS(544,514) at each
+  receiver's BER on the directed link into it: in-errors / in-fcs-errors / in-crc-errors up,
+  in-pkts / in-octets down (docs/design/optics-twin.md).
 
 Pure: the clock is handed in, randomness is a numpy Generator; no I/O.
 """
@@ -39,7 +44,15 @@ from fabricscope.fabric.routing import Routing
 from fabricscope.model.errors import ConfigError
 from fabricscope.model.records import DomReading
 from fabricscope.sim.clock import Clock
-from fabricscope.sim.faults import Fault, FaultSchedule
+from fabricscope.sim.faults import Fault, FaultSchedule, optic_mode
+from fabricscope.twin.optics_physics import (
+    LOS_DBM,
+    EndDelta,
+    end_deltas,
+    frame_loss,
+    mode_code,
+    receiver_ber,
+)
 
 F64 = npt.NDArray[np.float64]
 
@@ -56,6 +69,9 @@ EDGE_COUNTERS: tuple[str, ...] = (
     "in_octets", "in_pkts", "in_errors", "in_fcs", "in_discards",
     "out_pause", "in_pause", "carrier",
 )
+# Points per step at which a degrading optic's frame loss is sampled (midpoint rule): the loss
+# grows with time, steeply near the FEC cliff, so a coarse step must not use one end point.
+_OPTIC_SUBSTEPS = 4
 LANE_FIELDS: tuple[str, ...] = (
     "temperature_c", "vcc_v", "tx_bias_ma", "tx_power_dbm", "rx_power_dbm", "pre_fec_ber",
 )
@@ -238,6 +254,12 @@ class Twin:
         # would silently do nothing; kinds the twin does not model (stragglers, slow GPUs)
         # belong to other capabilities and are left alone.
         for f in faults.faults:
+            if f.kind == "optic-degrading":
+                code = mode_code(optic_mode(f))
+                lane = f.param("lane", 0.0)
+                if code == 1 and not (lane.is_integer() and 0 <= lane < self.cfg.lanes):
+                    raise ConfigError(f"twin: fault {f.kind} on {f.subject}: lane: must be an "
+                                      f"integer in 0..{self.cfg.lanes - 1}, got {lane!r}")
             if f.kind in _PORT_KINDS:
                 ok = f.subject in self.port_row
             elif f.kind in _LINK_KINDS:
@@ -310,6 +332,7 @@ class Twin:
         burst_time = np.zeros(m)
         burst_now = np.zeros(m)
         optic_days: dict[int, float] = {}
+        optic_modes: list[Fault] = []
         for f in self.faults.faults:
             ov = _overlap(f, t0, t1)
             if ov <= 0:
@@ -345,7 +368,9 @@ class Twin:
                     paused_frac[ing] = max(paused_frac[ing], frac * f.param("pause_fraction", 0.9))
             elif f.kind == "optic-degrading":
                 row = self.port_row.get(f.subject)
-                if row is not None:
+                if row is not None and f.param("mode", 0.0) != 0.0:
+                    optic_modes.append(f)
+                elif row is not None:
                     t_end = min(t1, f.end_ns) if f.end_ns is not None else t1
                     days = (t_end - f.start_ns) / DAY_NS * f.param("accel", 1.0)
                     optic_days[row] = max(optic_days.get(row, 0.0), days * f.param("rate", 1.0))
@@ -372,13 +397,16 @@ class Twin:
         tx_bytes = carried * dt * np.clip(noise, 0.0, None)
         tx_pkts = tx_bytes / cfg.mtu_bytes
         lost = tx_pkts * loss
+        # frames that arrive but fail their FCS after an uncorrectable codeword (degrading optic)
+        phys = self._optic_frame_loss(optic_modes, t0, t1)
+        corrupt = (tx_pkts - lost) * phys
         c = self._c
         c["out_octets"] += tx_bytes
         c["out_pkts"] += tx_pkts
-        c["in_octets"] += tx_bytes * (1 - loss)
-        c["in_pkts"] += tx_pkts - lost
-        c["in_errors"] += np.where(fcs_mode, lost, 0.0)
-        c["in_fcs"] += np.where(fcs_mode, lost, 0.0)
+        c["in_octets"] += tx_bytes * (1 - loss) * (1 - phys)
+        c["in_pkts"] += tx_pkts - lost - corrupt
+        c["in_errors"] += np.where(fcs_mode, lost, 0.0) + corrupt
+        c["in_fcs"] += np.where(fcs_mode, lost, 0.0) + corrupt
         c["out_discards"] += np.where(fcs_mode, 0.0, lost)
         dropped = excess * dt / cfg.mtu_bytes
         if cfg.trimming:
@@ -425,9 +453,71 @@ class Twin:
             if peer is not None:  # the far end receives less light too
                 self._optics["rx_power_dbm"][peer] -= drift_db * 0.5
                 self._optics["pre_fec_ber"][peer] *= 10 ** (drift_db / 6.0)
+        if optic_modes:
+            o = self._optics
+            for row, od in self._optic_deltas(optic_modes, [t1], at_end=True).items():
+                o["temperature_c"][row] += od.temperature_c[0]
+                o["tx_bias_ma"][row] += od.tx_bias_ma[0]
+                for k, dv in (("tx_power_dbm", od.tx_power_db), ("rx_power_dbm", od.rx_power_db)):
+                    o[k][row] = np.maximum(o[k][row] + dv[0], LOS_DBM)
+                # the per-lane baselines are calibration offsets: BER follows the true power,
+                # over the lane's own floor (which a generic drift may have raised)
+                o["pre_fec_ber"][row] = receiver_ber(od, floor=o["pre_fec_ber"][row])[0]
         jitter = self.rng.normal(0.0, 0.02, self._optics["rx_power_dbm"].shape)
         self._optics["rx_power_dbm"] += jitter
         self._optics["temperature_c"] += jitter * 5
+
+    def _optic_deltas(self, faults: Sequence[Fault], t: Sequence[int], *, at_end: bool = False
+                      ) -> dict[int, EndDelta]:
+        """Summed per-port changes of the mode-``faults`` at times ``t``: arrays of shape
+        ``(len(t), lanes)`` (each fault at this end and at its peer's). ``at_end``: a fault that
+        ended before a time counts at its end (the readings of the step it ends in); otherwise
+        a fault counts only where it is active."""
+        lanes = self.cfg.lanes
+        ts = np.asarray(t, dtype=np.int64)
+        acc: dict[int, list[F64]] = {}
+        for f in faults:
+            if at_end:
+                te = ts if f.end_ns is None else np.minimum(ts, f.end_ns)
+                on = np.ones(ts.shape[0])
+            else:
+                te = ts
+                end = f.end_ns if f.end_ns is not None else 2**62
+                on = ((ts >= f.start_ns) & (ts < end)).astype(np.float64)
+            if not on.any():
+                continue
+            row = self.port_row[f.subject]
+            days = (te - f.start_ns) / DAY_NS * f.param("accel", 1.0)
+            near, far = end_deltas(mode_code(f.param("mode", 0.0)), days, rate=f.param("rate", 1.0),
+                                   lanes=lanes, lane=int(f.param("lane", 0.0)))
+            peer = self.port_row.get(self.fabric.peer_port[f.subject])
+            for r, d in ((row, near), (peer, far)):
+                if r is None:
+                    continue
+                parts = [x * on[:, None] for x in
+                         (d.temperature_c, d.tx_bias_ma, d.tx_power_db, d.rx_power_db)]
+                cur = acc.get(r)
+                acc[r] = parts if cur is None else [x + y for x, y in zip(cur, parts, strict=True)]
+        return {r: EndDelta(*v) for r, v in acc.items()}
+
+    def _optic_frame_loss(self, faults: Sequence[Fault], t0: int, t1: int) -> F64:
+        """Per directed link: the fraction of ``mtu_bytes`` frames lost to uncorrectable
+        codewords at the receiver it enters, averaged over the step (midpoint rule)."""
+        phys = np.zeros(self._ix.n_edges)
+        if not faults:
+            return phys
+        k = _OPTIC_SUBSTEPS
+        ts = [t0 + (t1 - t0) * (2 * i + 1) // (2 * k) for i in range(k)]
+        deltas = self._optic_deltas(faults, ts)
+        if not deltas:
+            return phys
+        rows = list(deltas)
+        stacked = EndDelta(*(np.stack([getattr(deltas[r], n) for r in rows]) for n in
+                             ("temperature_c", "tx_bias_ma", "tx_power_db", "rx_power_db")))
+        ber = receiver_ber(stacked).mean(axis=-1)  # (rows, k): a codeword meets every lane
+        fl = frame_loss(ber, frame_bytes=self.cfg.mtu_bytes).mean(axis=-1)
+        phys[self._ingress_of_port[rows]] = fl
+        return phys
 
     # ------------------------------------------------------------------ reading
     def field(self, name: str) -> F64:

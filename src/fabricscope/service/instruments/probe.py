@@ -25,9 +25,9 @@ from fabricscope.probe.analysis import Baseline, Observations, analyze
 from fabricscope.probe.localize import FindingTracker
 from fabricscope.service.instruments import ScenarioSpec
 from fabricscope.service.probe_twin import (
-    PROBE_FAULT_KINDS,
     TwinMesh,
     learn_baseline,
+    probe_visible,
     to_observations,
 )
 from fabricscope.sim.faults import Fault, FaultSchedule
@@ -90,8 +90,8 @@ def pair_counts(obs: Observations, flows: FlowTable, nodes: Sequence[str], *, t_
 
 
 def probe_faults(faults: Sequence[Fault]) -> list[Fault]:
-    """The faults the twin's probe transport models (``PROBE_FAULT_KINDS``); others dropped."""
-    return [f for f in faults if f.kind in PROBE_FAULT_KINDS]
+    """The faults the twin's probe transport models (:func:`probe_visible`); others dropped."""
+    return [f for f in faults if probe_visible(f)]
 
 
 class _Agents:
