@@ -98,3 +98,28 @@ def test_mistakes_are_one_line_exit_2(tmp_path: Path, args: list[str], needle: s
     assert p.returncode == 2, (args, p.stdout, p.stderr)
     assert "Traceback" not in p.stderr
     assert any(needle in line for line in p.stderr.splitlines()), p.stderr
+
+
+def test_train_on_the_twin_files_then_predict_with_that_model(tmp_path: Path) -> None:
+    fleet = tmp_path / "f"
+    p = _cli("optics", "twin", str(fleet), "--modules", "300", "--days", "14", "--seed", "3",
+             cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    model = tmp_path / "model.json"
+    p = _cli("optics", "train", str(fleet / "history.parquet"), "--labels",
+             str(fleet / "labels.csv"), "--links", str(fleet / "links.csv"), "-o", str(model),
+             cwd=fleet.parent)
+    assert p.returncode == 0, p.stderr
+    assert model.stat().st_size > 1000
+    p = _cli("optics", "predict", str(fleet / "history.parquet"), "--model", str(model),
+             "--links", str(fleet / "links.csv"), "--json", cwd=fleet.parent)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    mods = doc["modules"]
+    assert len(mods) == 300
+    for m in mods:
+        assert 0.0 <= m["risk"] <= 1.0 and isinstance(m["predicted_failure"], bool)
+        assert {"device", "port", "serial", "grade", "eta_days", "reasons", "action"} <= set(m)
+    p = _cli("optics", "predict", str(fleet / "history.parquet"), "--model", str(model),
+             "--horizon", "3d", cwd=fleet.parent)
+    assert p.returncode == 2 and "7 days" in p.stderr

@@ -278,7 +278,7 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"--labels {labels}: no failures in the labels: nothing to learn from")
         t0 = time.perf_counter()
         ex = training_examples(h, lab, horizon_ns=horizon_ns, peers=_peers(links, inventory))
-        model = train_model([ex], seed=seed)
+        model = train_model([ex], seed=seed, horizon_ns=horizon_ns)
         model.save(out)
         print(f"trained on {len(h.modules):,} modules and {len(lab):,} failures in "
               f"{time.perf_counter() - t0:.1f} s; wrote {out}", file=sys.stderr)

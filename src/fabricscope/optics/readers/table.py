@@ -299,12 +299,12 @@ class Labels:
         return len(self.device)
 
 
-_TIME_COLS = ("failure_time", "failure_ts", "ts", "time")
+_TIME_COLS = ("failure_time", "failure_ts", "failure_ts_ns", "ts", "time")
 
 
 def read_labels(path: str | os.PathLike[str]) -> Labels:
     """Failure labels from a CSV with ``device``, ``port``, ``serial``, a failure time column
-    (``failure_time`` / ``failure_ts`` / ``ts``: int ns or ISO-8601) and optional ``cause``.
+    (``failure_time`` / ``failure_ts`` / ``failure_ts_ns`` / ``ts``: int ns or ISO-8601) and optional ``cause``.
 
     A row without a time, or without both (device, port) and serial, is warned
     (``FILE:LINE: field: value: skipped``) and skipped. A missing header column raises
