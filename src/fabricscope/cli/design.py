@@ -230,7 +230,7 @@ def register(app: typer.Typer) -> None:
         from fabricscope.design.catalog import default_catalog, load_catalog
         from fabricscope.design.compare import Options, summarize
         from fabricscope.design.scaling import job_from_mapping
-        from fabricscope.design.spec import DESIGN_KINDS, check_size, load_design
+        from fabricscope.design.spec import check_size, load_design
         from fabricscope.model.errors import ConfigError
         from fabricscope.model.yamlfile import read_yaml
 
@@ -268,8 +268,8 @@ def register(app: typer.Typer) -> None:
         tasks = [(s, g, job, catalog, options) for g in scales for s in specs]
         n_workers = workers or min(len(tasks), os.cpu_count() or 1)
         t0 = time.perf_counter()
-        print(f"design compare: {len(specs)} designs x {len(scales)} scales = {len(tasks)} cases "
-              f"({', '.join(DESIGN_KINDS)}), {n_workers} worker(s)", file=sys.stderr)
+        print(f"design compare: {len(specs)} designs ({', '.join(names)}) x {len(scales)} "
+              f"scales = {len(tasks)} cases, {n_workers} worker(s)", file=sys.stderr)
 
         def progress(i: int, r: dict[str, Any]) -> None:
             print(f"  [{i + 1}/{len(tasks)}] {r['name']} @ {r['gpus']:,} GPUs: {r['tiers']} tiers, "

@@ -58,7 +58,7 @@ class Options:
     seed: int = 0
     horizon_days: float = 30.0
     simulate: bool = True
-    degraded: bool = True  # also simulate the step after the worst survivable failure (ECMP)
+    degraded: bool = True  # also simulate the step after a survivable failure (first lb)
 
 
 def _rates_for(spec: DesignSpec, bom: Bom) -> dict[str, FailureRate]:
@@ -74,10 +74,11 @@ def _rates_for(spec: DesignSpec, bom: Bom) -> dict[str, FailureRate]:
 
 
 def _worst_survivable(fabric: Fabric, rows: Sequence[BlastRow]) -> tuple[str, str] | None:
-    """The component whose failure a whole-fabric job survives with the most bandwidth lost.
+    """The lowest-tier switch whose failure a whole-fabric job survives (it cuts no GPU).
 
-    Preference: a multi-homed leaf (dual-ToR, multi-plane), else a spine; the device is the
-    first of its role in the inventory (the Clos is symmetric, so any one is typical).
+    A multi-homed leaf (dual-ToR, multi-plane) where there is one, else a spine, else a
+    core; the device is the first of its role in the inventory (the Clos is symmetric, so
+    any one is typical). None when every switch failure cuts GPUs.
     """
     by = {r.component: r for r in rows}
     for comp in ("leaf", "spine", "core"):
