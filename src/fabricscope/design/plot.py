@@ -28,6 +28,22 @@ def _by_design(result: Mapping[str, Any]) -> dict[str, list[Mapping[str, Any]]]:
     return out
 
 
+def _finish(fig: Any, ax: Any, path: Path, *, xlabel: str, ylabel: str, title: str,
+            legend: Mapping[str, Any]) -> Path:
+    """Label, grid, legend, save as PNG and close one figure."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(**legend)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_comparison(result: Mapping[str, Any], folder: str | Path) -> list[Path]:
     """Write ``cost_per_gpu.png``, ``scaling_efficiency.png`` and ``goodput_vs_interval.png``."""
     import matplotlib
@@ -46,15 +62,9 @@ def plot_comparison(result: Mapping[str, Any], folder: str | Path) -> list[Path]
         ax.plot(xs, [float(r["bom"]["cost_per_gpu_usd"]) for r in rows], "o-",
                 color=_COLORS[k % len(_COLORS)], label=name)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("GPUs")
-    ax.set_ylabel("fabric cost per GPU (USD)")
-    ax.set_title("Fabric cost per GPU (switches, optics, cables, NIC ports)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out / "cost_per_gpu.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(_finish(
+        fig, ax, out / "cost_per_gpu.png", xlabel="GPUs", ylabel="fabric cost per GPU (USD)",
+        title="Fabric cost per GPU (switches, optics, cables, NIC ports)", legend={"fontsize": 8}))
 
     fig, ax = plt.subplots(figsize=(8, 4.6))
     for k, (name, rows) in enumerate(designs.items()):
@@ -74,15 +84,11 @@ def plot_comparison(result: Mapping[str, Any], folder: str | Path) -> list[Path]
                     label=f"{name} (analytical, no collisions)")
     ax.set_xscale("log", base=2)
     ax.set_ylim(0, 1.02)
-    ax.set_xlabel("GPUs")
-    ax.set_ylabel("scaling efficiency (compute / step time)")
-    ax.set_title(f"Scaling efficiency of {result['job']['name']} (weak scaling)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    paths.append(out / "scaling_efficiency.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(_finish(
+        fig, ax, out / "scaling_efficiency.png", xlabel="GPUs",
+        ylabel="scaling efficiency (compute / step time)",
+        title=f"Scaling efficiency of {result['job']['name']} (weak scaling)",
+        legend={"fontsize": 7, "ncol": 2}))
 
     fig, ax = plt.subplots(figsize=(8, 4.6))
     for k, (name, rows) in enumerate(designs.items()):
@@ -97,13 +103,10 @@ def plot_comparison(result: Mapping[str, Any], folder: str | Path) -> list[Path]
                 label=f"{name} @ {int(r['gpus'])} GPUs (MTBF {m / 3600:.1f} h)")
         ax.axvline(float(ck["daly_s"]) / 60, color=color, ls=":", lw=1)
     ax.set_xscale("log")
-    ax.set_xlabel("checkpoint interval (minutes); dotted: Daly's optimum")
-    ax.set_ylabel("goodput (useful / wall time)")
-    ax.set_title("Goodput vs checkpoint interval (Daly 2006 expected-time model)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out / "goodput_vs_interval.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(_finish(
+        fig, ax, out / "goodput_vs_interval.png",
+        xlabel="checkpoint interval (minutes); dotted: Daly's optimum",
+        ylabel="goodput (useful / wall time)",
+        title="Goodput vs checkpoint interval (Daly 2006 expected-time model)",
+        legend={"fontsize": 8}))
     return paths

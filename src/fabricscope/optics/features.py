@@ -81,10 +81,16 @@ __all__ = [
     "DEFAULT_THRESHOLDS",
     "DEFAULT_WINDOWS",
     "HOUR_NS",
+    "NOISE_FLOOR",
     "LaneFeatures",
+    "LaneGrid",
     "ModuleFeatures",
+    "chunk_features",
+    "cross_lane",
     "filled_modules",
+    "first_after",
     "lane_features",
+    "lane_runs",
     "module_features",
     "window_label",
 ]
@@ -109,7 +115,7 @@ DEFAULT_THRESHOLDS: Mapping[str, tuple[float, float, float, float]] = {
     "rx_power_dbm": (3.4, 2.4, -9.5, -13.5),
 }
 #: noise floors (DOM resolution and rounding of common readers)
-_NOISE_FLOOR = {"temperature_c": 0.05, "vcc_v": 0.002, "tx_bias_ma": 0.02,
+NOISE_FLOOR = {"temperature_c": 0.05, "vcc_v": 0.002, "tx_bias_ma": 0.02,
                 "tx_power_dbm": 0.02, "rx_power_dbm": 0.02, "log_ber": 0.02}
 #: MAD floors of the population z scores (a fleet of identical twins must not look noisy-free)
 _POP_FLOOR = {"temperature_c": 1.0, "tx_bias_ma": 0.2, "tx_power_dbm": 0.3, "rx_power_dbm": 0.3}
@@ -226,7 +232,7 @@ class ModuleFeatures:
 
 
 # --------------------------------------------------------------------------- helpers
-def _lane_runs(history: FleetHistory, step: int = 1 << 23) -> tuple[I64, I64]:
+def lane_runs(history: FleetHistory, step: int = 1 << 23) -> tuple[I64, I64]:
     """Start / end rows of each (module, lane) run, computed in slices (no 64-bit copy of all)."""
     n = len(history)
     if n == 0:
@@ -330,7 +336,7 @@ def _trend(y: F64, tday: F64, phase: F64, extra: F64 | None) -> tuple[F64, F64]:
 
 
 @dataclass
-class _Grid:
+class LaneGrid:
     """Hourly cells of one chunk of lanes: (lanes, bins) arrays per metric."""
 
     mean: dict[str, F64] = field(default_factory=dict)
@@ -340,7 +346,7 @@ class _Grid:
     last: dict[str, F64] = field(default_factory=dict)
 
 
-def _first_after(ts: I64, lo: I64, hi: I64, t: int) -> I64:
+def first_after(ts: I64, lo: I64, hi: I64, t: int) -> I64:
     """Per lane, the first row in ``[lo, hi)`` with ``ts > t`` (``hi`` if none): bisection
     vectorized over the lanes (each lane's rows are sorted by time)."""
     lo = lo.copy()
@@ -357,7 +363,7 @@ def _first_after(ts: I64, lo: I64, hi: I64, t: int) -> I64:
 
 
 def _grid_chunk(history: FleetHistory, r0: int, r1: int, starts: I64, g0: I64, g1: I64,
-                at_ns: int, nb: int, wmax: int, bb: int) -> _Grid:
+                at_ns: int, nb: int, wmax: int, bb: int) -> LaneGrid:
     """Hourly cells of rows r0:r1 (whole lanes starting at ``starts``; rows ``g0:g1`` of each
     lane lie in the grid).
 
@@ -390,7 +396,7 @@ def _grid_chunk(history: FleetHistory, r0: int, r1: int, starts: I64, g0: I64, g
     seg, lane, sbin, real = seg[keep], lane[keep], sbin[keep], real[keep]
     cellr = lane[real] * nb + sbin[real]
     seglen = np.diff(np.concatenate([seg, [n]])).astype(np.float64)[real]
-    g = _Grid()
+    g = LaneGrid()
     size = nl * nb
     lane_first = starts - r0
     if cellr.size == 0:
@@ -444,7 +450,7 @@ def _grid_chunk(history: FleetHistory, r0: int, r1: int, starts: I64, g0: I64, g
         else:
             xz = x
             cnt = seglen
-        sq = np.add.reduceat(xz * xz, seg, dtype=np.float64)[real] if name in _NOISE_FLOOR else \
+        sq = np.add.reduceat(xz * xz, seg, dtype=np.float64)[real] if name in NOISE_FLOOR else \
             np.zeros(cnt.shape[0])
         c = put(cnt)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -466,7 +472,7 @@ def _last_finite(a: F64) -> F64:
     return out
 
 
-def _chunk_features(g: _Grid, nl: int, nb: int, at_ns: int, windows: tuple[int, ...],
+def chunk_features(g: LaneGrid, nl: int, nb: int, at_ns: int, windows: tuple[int, ...],
                     baseline_bins: int) -> dict[str, F64]:
     """Per-lane features of one chunk from its hourly cells."""
     out: dict[str, F64] = {}
@@ -522,7 +528,7 @@ def _chunk_features(g: _Grid, nl: int, nb: int, at_ns: int, windows: tuple[int, 
                 dm = np.diff(mu[miss, -wmax:], axis=1)
                 noise[miss] = 1.4826 * _masked_median(
                     np.abs(dm - _masked_median(dm)[:, None])) / math.sqrt(2)
-            out[f"{name}.noise"] = np.fmax(noise, _NOISE_FLOOR[name])
+            out[f"{name}.noise"] = np.fmax(noise, NOISE_FLOOR[name])
         out[f"{name}.baseline"] = _masked_median(base_cells(mu))
         for lab, w in zip(labels, wbins, strict=True):
             seg = mu[:, -w:]
@@ -629,7 +635,7 @@ def lane_features(
     if baseline_ns < HOUR_NS:
         raise ConfigError(f"optics features: baseline_ns: must be >= 1 h, got {baseline_ns}")
     mods = modules if modules is not None else filled_modules(history.modules)
-    starts, ends = _lane_runs(history)
+    starts, ends = lane_runs(history)
     nruns = starts.shape[0]
     run_module = history.module[starts].astype(np.int64) if nruns else np.zeros(0, np.int64)
     run_lane = history.lane[starts].astype(np.int64) if nruns else np.zeros(0, np.int64)
@@ -638,8 +644,8 @@ def lane_features(
     nb = int(-(-span // HOUR_NS))
     nb = max(nb, max(wins) // HOUR_NS)
     per_chunk = max(8, _TARGET_CELLS // nb)
-    g0 = _first_after(history.ts, starts, ends, at - nb * HOUR_NS)
-    g1 = _first_after(history.ts, g0, ends, at)
+    g0 = first_after(history.ts, starts, ends, at - nb * HOUR_NS)
+    g1 = first_after(history.ts, g0, ends, at)
     have = g1 > g0
     wmax = max(wins) // HOUR_NS
     bb = max(1, baseline_ns // HOUR_NS)
@@ -651,7 +657,7 @@ def lane_features(
             continue
         g = _grid_chunk(history, int(starts[k0]), int(ends[k1 - 1]), starts[k0:k1], g0[k0:k1],
                         g1[k0:k1], at, nb, wmax, bb)
-        parts.append(_chunk_features(g, k1 - k0, nb, at, wins, bb))
+        parts.append(chunk_features(g, k1 - k0, nb, at, wins, bb))
     filled = [p for p in parts if p]
     if filled:
         keys = list(filled[0])
@@ -659,7 +665,7 @@ def lane_features(
         vals = {k: np.concatenate([p[k] if p else np.full(sz, np.nan)
                                    for p, sz in zip(parts, sizes, strict=True)]) for k in keys}
     else:  # nothing in the grid: the same columns, empty
-        vals = {k: np.zeros(0) for k in _chunk_features(_Grid(), 0, nb, at, wins, bb)}
+        vals = {k: np.zeros(0) for k in chunk_features(LaneGrid(), 0, nb, at, wins, bb)}
         have = np.zeros(0, dtype=bool)
     vals = {k: v[have] for k, v in vals.items()}
     if have.any():
@@ -673,12 +679,12 @@ def lane_features(
     mod = run_module[have]
     lane = run_lane[have]
     warnings: list[str] = []
-    vals.update(_cross_lane(vals, mod, lane, mods, wins, peers, warnings))
+    vals.update(cross_lane(vals, mod, lane, mods, wins, peers, warnings))
     return LaneFeatures(module=mod.astype(np.int32), lane=lane.astype(np.int32), at_ns=at,
                         windows=wins, values=vals, modules=mods, warnings=tuple(warnings))
 
 
-def _cross_lane(vals: Mapping[str, F64], mod: I64, lane: I64, mods: ModuleTable,
+def cross_lane(vals: Mapping[str, F64], mod: I64, lane: I64, mods: ModuleTable,
                 wins: tuple[int, ...], peers: Mapping[str, str] | None,
                 warnings: list[str]) -> dict[str, F64]:
     """Features that compare a lane with other lanes: thresholds, peers, module, population."""

@@ -37,10 +37,10 @@ from fabricscope.optics.dom import KP4_BER_LIMIT
 from fabricscope.optics.features import (
     DAY_NS,
     LaneFeatures,
-    _first_after,
-    _lane_runs,
     filled_modules,
+    first_after,
     lane_features,
+    lane_runs,
     window_label,
 )
 from fabricscope.optics.history import METRICS, FleetHistory
@@ -562,10 +562,10 @@ def threshold_alarms(history: FleetHistory, *, at_ns: int) -> BoolA:
     """
     mods = filled_modules(history.modules)
     out = np.zeros(len(mods), dtype=bool)
-    starts, ends = _lane_runs(history)
+    starts, ends = lane_runs(history)
     if starts.size == 0:
         return out
-    g1 = _first_after(history.ts, starts, ends, int(at_ns))
+    g1 = first_after(history.ts, starts, ends, int(at_ns))
     last = (g1 - 1)[g1 > starts]
     mod = history.module[last].astype(np.int64)
     for m in METRICS:

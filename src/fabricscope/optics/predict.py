@@ -43,19 +43,19 @@ from scipy.optimize import isotonic_regression
 from fabricscope.model.errors import ConfigError
 from fabricscope.optics.catalog import GENERIC, PART_CLASSES, part_class
 from fabricscope.optics.features import (
-    _NOISE_FLOOR,
     DAY_NS,
     DEFAULT_WINDOWS,
     HOUR_NS,
+    NOISE_FLOOR,
     LaneFeatures,
+    LaneGrid,
     ModuleFeatures,
-    _chunk_features,
-    _cross_lane,
-    _first_after,
-    _Grid,
-    _lane_runs,
+    chunk_features,
+    cross_lane,
     filled_modules,
+    first_after,
     lane_features,
+    lane_runs,
     module_features,
     window_label,
 )
@@ -116,7 +116,7 @@ _EARLY_STOP = 40
 
 # ------------------------------------------------------------------ cached feature series
 def _grid_full(history: FleetHistory, r0: int, r1: int, lane_first: I64, j0: int,
-               nbc: int) -> _Grid:
+               nbc: int) -> LaneGrid:
     """Hourly cells of rows ``r0:r1`` (whole lanes) over the whole history, absolute hours.
 
     Cell ``j`` holds the samples with ``ts`` in ``(j h, (j + 1) h]`` (minus ``j0``): the
@@ -135,7 +135,7 @@ def _grid_full(history: FleetHistory, r0: int, r1: int, lane_first: I64, j0: int
     lane = np.searchsorted(lane_first, seg, side="right") - 1
     cellr = lane * nbc + cell[seg]
     seglen = np.diff(np.concatenate([seg, [n]])).astype(np.float64)
-    g = _Grid()
+    g = LaneGrid()
 
     def put(vals: F64) -> F64:
         out = np.zeros(nl * nbc)
@@ -170,7 +170,7 @@ def _grid_full(history: FleetHistory, r0: int, r1: int, lane_first: I64, j0: int
         else:
             xz = x
             cnt = seglen
-        sq = np.add.reduceat(xz * xz, seg, dtype=np.float64) if name in _NOISE_FLOOR else \
+        sq = np.add.reduceat(xz * xz, seg, dtype=np.float64) if name in NOISE_FLOOR else \
             np.zeros(cnt.shape[0])
         c = put(cnt)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -180,7 +180,7 @@ def _grid_full(history: FleetHistory, r0: int, r1: int, lane_first: I64, j0: int
     return g
 
 
-def _slice_grid(g: _Grid, lo: int, hi: int, nbc: int, keep: BoolA) -> _Grid:
+def _slice_grid(g: LaneGrid, lo: int, hi: int, nbc: int, keep: BoolA) -> LaneGrid:
     """Columns ``lo:hi`` of a full grid, padded with empty cells outside ``0:nbc``, and
     emptied where ``keep`` is false (the cells the features' own grid leaves out: between each
     lane's baseline and the last window, so that ``.last`` falls back exactly alike)."""
@@ -193,7 +193,7 @@ def _slice_grid(g: _Grid, lo: int, hi: int, nbc: int, keep: BoolA) -> _Grid:
             s = np.pad(s, ((0, 0), (pad_l, pad_r)), constant_values=fill)
         return np.where(keep, s, fill)
 
-    return _Grid(mean={k: cut(v, np.nan) for k, v in g.mean.items()},
+    return LaneGrid(mean={k: cut(v, np.nan) for k, v in g.mean.items()},
                  count={k: cut(v, 0.0) for k, v in g.count.items()},
                  sumsq={k: cut(v, 0.0) for k, v in g.sumsq.items()},
                  inc={k: cut(v, 0.0) for k, v in g.inc.items()})
@@ -228,7 +228,7 @@ def feature_series(
         return
     # the first call validates the arguments exactly like lane_features does
     mods = filled_modules(history.modules)
-    starts, ends = _lane_runs(history)
+    starts, ends = lane_runs(history)
     nruns = starts.shape[0]
     run_module = history.module[starts].astype(np.int64)
     run_lane = history.lane[starts].astype(np.int64)
@@ -242,8 +242,8 @@ def feature_series(
     for t in ts_list:
         span = max(HOUR_NS, min(lookback_ns, t - t_first + HOUR_NS))
         nb = max(int(-(-span // HOUR_NS)), wmax)
-        g0 = _first_after(history.ts, starts, ends, t - nb * HOUR_NS)
-        g1 = _first_after(history.ts, g0, ends, t)
+        g0 = first_after(history.ts, starts, ends, t - nb * HOUR_NS)
+        g1 = first_after(history.ts, g0, ends, t)
         plan.append((t, nb, g0, g1, g1 > g0))
     parts: list[list[dict[str, F64]]] = [[] for _ in ts_list]
     chunks = [(k0, min(nruns, k0 + per_chunk)) for k0 in range(0, nruns, per_chunk)]
@@ -265,7 +265,7 @@ def feature_series(
                 lv = np.full(k1 - k0, np.nan)
                 lv[h] = history.metrics[name][g1[k0:k1][h] - 1]
                 gs.last[name] = lv
-            parts[i].append(_chunk_features(gs, k1 - k0, nb, t, wins, bb))
+            parts[i].append(chunk_features(gs, k1 - k0, nb, t, wins, bb))
     for i, (t, _nb, g0, g1, have) in enumerate(plan):
         filled = [p for p in parts[i] if p]
         if filled:
@@ -284,7 +284,7 @@ def feature_series(
         vals["data.last_age_hours"] = (t - last_ts) / HOUR_NS
         mod, lane = run_module[have], run_lane[have]
         warnings: list[str] = []
-        vals.update(_cross_lane(vals, mod, lane, mods, wins, peers, warnings))
+        vals.update(cross_lane(vals, mod, lane, mods, wins, peers, warnings))
         yield LaneFeatures(module=mod.astype(np.int32), lane=lane.astype(np.int32), at_ns=t,
                            windows=wins, values=vals, modules=mods, warnings=tuple(warnings))
 
