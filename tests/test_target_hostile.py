@@ -7,6 +7,7 @@ Real gRPC on 127.0.0.1; the twin is the data source.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import subprocess
@@ -278,7 +279,7 @@ _CHILD = textwrap.dedent("""
     from fabricscope.twin.state import Twin, background_load
 
     async def main():
-        fab = leaf_spine_fabric(leaves=4, hosts_per_leaf=4, spines=2)
+        fab = leaf_spine_fabric(leaves=8, hosts_per_leaf=4, spines=2)
         tw = Twin(fab, clock=WallClock(), load_bps=background_load(fab, utilization=0.3, seed=1), rng=1)
         limits = TargetLimits(**json.loads(sys.argv[1]))
         tgt = GnmiTarget(tw, limits=limits)
@@ -314,6 +315,9 @@ def test_load_200_subscribers_and_5_hostile_clients() -> None:
     """
     interval = 1.0
     run_s = float(os.environ.get("FABRICSCOPE_LOAD_SECONDS", "12"))
+    # all clients share 127.0.0.1, and the per-client session cap is per (host, device): the normal
+    # subscribers use targets 1-9 and the never-reading clients target 0, so which side reaches a
+    # device first cannot decide who is refused (it did once, under CI load, when both shared one)
     limits = {"sessions_per_client": 40, "match_cache_entries": 64, "match_cache_bytes": 1 << 20,
               "subscriptions_per_session": 64, "updates_per_message": 500}
     child = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(limits)], stdin=subprocess.PIPE,
@@ -332,6 +336,8 @@ def test_load_200_subscribers_and_5_hostile_clients() -> None:
             child.kill()
     gaps.sort()
     p99 = gaps[int(0.99 * (len(gaps) - 1))]
+    print(f"\nload: {len(gaps)} gaps, p50 {gaps[len(gaps) // 2]:.3f} s, p99 {p99:.3f} s, max {gaps[-1]:.3f} s; "
+          f"target rss {st['rss0_kb'] / 1024:.0f} -> {st['rss_kb'] / 1024:.0f} MB; {st}; hostile codes {collections.Counter(hostile_codes)}")
     # 200 subscribers x (run_s - 2 s warm-up) / 1 s gaps: enough samples for a p99
     assert len(gaps) >= 200 * (run_s - 4), len(gaps)
     assert p99 <= 2 * interval, (p99, gaps[-10:])
@@ -341,8 +347,6 @@ def test_load_200_subscribers_and_5_hostile_clients() -> None:
     assert st["refused"] > 0 and set(hostile_codes) <= {"RESOURCE_EXHAUSTED", "INVALID_ARGUMENT", "NOT_FOUND"}
     # every notification obeyed the per-message update cap: 500 updates of short twin paths
     assert st["max_message_bytes"] <= limits["updates_per_message"] * 300
-    print(f"\nload: {len(gaps)} gaps, p50 {gaps[len(gaps) // 2]:.3f} s, p99 {p99:.3f} s, max {gaps[-1]:.3f} s; "
-          f"target rss {st['rss0_kb'] / 1024:.0f} -> {st['rss_kb'] / 1024:.0f} MB; {st}")
 
 
 async def _load(port: int, targets: list[str], interval: float, run_s: float) -> tuple[list[float], list[str]]:
@@ -356,7 +360,8 @@ async def _load(port: int, targets: list[str], interval: float, run_s: float) ->
     async def subscriber(k: int) -> None:
         stub = gnmi_pb2_grpc.gNMIStub(chans[k % len(chans)])
         leaf = f"/interfaces/interface[name=eth{1 + k % 4}]/state/counters/in-octets"
-        call = stub.Subscribe(_one(_sub_req([_p(leaf)], interval_ns=int(interval * 1e9), target=targets[k % len(targets)])))
+        device = targets[1 + k % (len(targets) - 1)]
+        call = stub.Subscribe(_one(_sub_req([_p(leaf)], interval_ns=int(interval * 1e9), target=device)))
         last = None
         try:
             while loop.time() < stop:
@@ -411,7 +416,7 @@ async def _load(port: int, targets: list[str], interval: float, run_s: float) ->
 
     try:
         await asyncio.gather(*(subscriber(k) for k in range(200)), huge_paths(), origins(),
-                             never_reads(0), never_reads(1), never_reads(2))
+                             never_reads(0), never_reads(0), never_reads(0))
     finally:
         for ch in chans:
             await ch.close()
