@@ -202,8 +202,12 @@ def test_the_duckdb_sink_rolls_by_default(tmp_path: Path) -> None:
 
     sink = DuckDBSink(str(tmp_path / "s.duckdb"), roll_interval=0.01)
     assert isinstance(sink.store, RollingTelemetryStore)
+    # the store's clock is a parameter: with the wall clock, a loaded CI core once took 10 ms
+    # inside the first write, rolled there, and left the second row in a new open partition
+    now = [0.0]
+    sink.store.clock = lambda: now[0]
     sink.write([TelemetryEvent("/c/x", 1, "t", {}, 1.0)], [])
-    time.sleep(0.02)
+    now[0] = 0.02
     sink.write([TelemetryEvent("/c/x", 2, "t", {}, 2.0)], [])
     assert isinstance(sink.store, RollingTelemetryStore)
     sink.store.wait_fold()  # same process as the reader here: let the background fold finish
