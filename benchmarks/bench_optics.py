@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from fabricscope.optics.features import DAY_NS
+from fabricscope.optics.features import DAY_NS, feature_series
 from fabricscope.optics.grade import grade_fleet, single_factor_flags, threshold_alarms
 from fabricscope.optics.predict import (
     NO_FAILURE,
@@ -58,7 +58,6 @@ from fabricscope.optics.predict import (
     default_model,
     episode_scores,
     eval_times,
-    feature_series,
     model_inputs,
     predict_fleet,
 )

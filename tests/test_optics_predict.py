@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fabricscope.model.errors import ConfigError
-from fabricscope.optics.features import DAY_NS, HOUR_NS, lane_features
+from fabricscope.optics.features import DAY_NS, HOUR_NS, feature_series, lane_features
 from fabricscope.optics.grade import grade_fleet, single_factor_flags, threshold_alarms
 from fabricscope.optics.history import METRICS, FleetHistory, module_table, sort_rows
 from fabricscope.optics.predict import (
@@ -19,7 +19,6 @@ from fabricscope.optics.predict import (
     default_model,
     episode_scores,
     eval_times,
-    feature_series,
     model_inputs,
     predict_fleet,
     train,

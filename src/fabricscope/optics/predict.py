@@ -31,7 +31,7 @@ import itertools
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -44,18 +44,10 @@ from fabricscope.model.errors import ConfigError
 from fabricscope.optics.catalog import GENERIC, PART_CLASSES, part_class
 from fabricscope.optics.features import (
     DAY_NS,
-    DEFAULT_WINDOWS,
     HOUR_NS,
-    NOISE_FLOOR,
     LaneFeatures,
-    LaneGrid,
     ModuleFeatures,
-    chunk_features,
-    cross_lane,
-    filled_modules,
-    first_after,
-    lane_features,
-    lane_runs,
+    feature_series,
     module_features,
     window_label,
 )
@@ -112,181 +104,6 @@ _DEFAULT_PARAMS: Mapping[str, Any] = {
 }
 _MAX_ROUNDS = 500
 _EARLY_STOP = 40
-
-
-# ------------------------------------------------------------------ cached feature series
-def _grid_full(history: FleetHistory, r0: int, r1: int, lane_first: I64, j0: int,
-               nbc: int) -> LaneGrid:
-    """Hourly cells of rows ``r0:r1`` (whole lanes) over the whole history, absolute hours.
-
-    Cell ``j`` holds the samples with ``ts`` in ``(j h, (j + 1) h]`` (minus ``j0``): the
-    cells of :func:`~fabricscope.optics.features.lane_features` at any whole-hour ``at_ns``,
-    so one pass over the rows serves every evaluation time. Same sums, counts, sums of squares
-    and counter increments (a drop restarts a counter from 0) as the features' own grid.
-    """
-    nl = lane_first.shape[0]
-    n = r1 - r0
-    cell = (history.ts[r0:r1] - 1) // HOUR_NS - j0
-    change = np.empty(n, dtype=bool)
-    change[0] = True
-    np.not_equal(cell[1:], cell[:-1], out=change[1:])
-    change[lane_first] = True
-    seg = np.flatnonzero(change)
-    lane = np.searchsorted(lane_first, seg, side="right") - 1
-    cellr = lane * nbc + cell[seg]
-    seglen = np.diff(np.concatenate([seg, [n]])).astype(np.float64)
-    g = LaneGrid()
-
-    def put(vals: F64) -> F64:
-        out = np.zeros(nl * nbc)
-        out[cellr] = vals
-        return out.reshape(nl, nbc)
-
-    for name, col in history.metrics.items():
-        x = col[r0:r1]
-        if n == 0 or (np.isnan(x[0]) and np.isnan(x).all()):
-            continue
-        if name in ("crc_errors", "fec_uncorrectable"):
-            nan = np.isnan(x)
-            xs = x.astype(np.float64)
-            fi = np.flatnonzero(~nan)
-            inc = np.zeros(n)
-            dd = np.diff(xs[fi])
-            inc[fi[1:]] = np.where(dd >= 0, dd, xs[fi][1:])
-            inc[lane_first] = 0.0
-            if fi.size:
-                lf = np.searchsorted(lane_first, fi, "right")
-                first_fin = fi[np.concatenate([[True], lf[1:] != lf[:-1]])]
-                inc[first_fin] = 0.0
-            g.inc[name] = put(np.add.reduceat(inc, seg))
-            g.count[name] = put(np.add.reduceat((~nan).astype(np.float64), seg))
-            continue
-        sm = np.add.reduceat(x, seg, dtype=np.float64)
-        if np.isnan(sm).any():
-            nan = np.isnan(x)
-            xz = np.where(nan, np.float32(0), x)
-            sm = np.add.reduceat(xz, seg, dtype=np.float64)
-            cnt = np.add.reduceat((~nan).astype(np.float64), seg)
-        else:
-            xz = x
-            cnt = seglen
-        sq = np.add.reduceat(xz * xz, seg, dtype=np.float64) if name in NOISE_FLOOR else \
-            np.zeros(cnt.shape[0])
-        c = put(cnt)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            g.mean[name] = np.where(c > 0, put(sm) / c, np.nan)
-        g.count[name] = c
-        g.sumsq[name] = put(sq)
-    return g
-
-
-def _slice_grid(g: LaneGrid, lo: int, hi: int, nbc: int, keep: BoolA) -> LaneGrid:
-    """Columns ``lo:hi`` of a full grid, padded with empty cells outside ``0:nbc``, and
-    emptied where ``keep`` is false (the cells the features' own grid leaves out: between each
-    lane's baseline and the last window, so that ``.last`` falls back exactly alike)."""
-    pad_l, pad_r = max(0, -lo), max(0, hi - nbc)
-    a, b = max(lo, 0), min(hi, nbc)
-
-    def cut(x: F64, fill: float) -> F64:
-        s = x[:, a:b] if b > a else x[:, :0]
-        if pad_l or pad_r:
-            s = np.pad(s, ((0, 0), (pad_l, pad_r)), constant_values=fill)
-        return np.where(keep, s, fill)
-
-    return LaneGrid(mean={k: cut(v, np.nan) for k, v in g.mean.items()},
-                 count={k: cut(v, 0.0) for k, v in g.count.items()},
-                 sumsq={k: cut(v, 0.0) for k, v in g.sumsq.items()},
-                 inc={k: cut(v, 0.0) for k, v in g.inc.items()})
-
-
-def feature_series(
-    history: FleetHistory,
-    times: Sequence[int],
-    *,
-    peers: Mapping[str, str] | None = None,
-    windows: Sequence[int] = DEFAULT_WINDOWS,
-    lookback_ns: int = 28 * DAY_NS,
-    baseline_ns: int = 3 * DAY_NS,
-) -> Iterator[LaneFeatures]:
-    """:func:`~fabricscope.optics.features.lane_features` at each of ``times``, sharing one pass.
-
-    The hourly cells are built once over the whole history (chunks of lanes) and each
-    evaluation time takes its slice, so ``k`` evaluation times cost one pass over the rows plus
-    ``k`` passes over the (lanes x hours) cells, instead of ``k`` passes over the rows. Times
-    must be whole hours (``t % 1 h == 0``) for the shared grid; other times fall back to
-    ``lane_features`` one by one. The result equals ``lane_features(history, at_ns=t, ...)``
-    (a test compares them).
-    """
-    ts_list = [int(t) for t in times]
-    wins = tuple(int(w) for w in windows)
-    if not ts_list:
-        return
-    if any(t % HOUR_NS for t in ts_list) or len(history) == 0:
-        for t in ts_list:
-            yield lane_features(history, at_ns=t, windows=wins, peers=peers,
-                                lookback_ns=lookback_ns, baseline_ns=baseline_ns)
-        return
-    # the first call validates the arguments exactly like lane_features does
-    mods = filled_modules(history.modules)
-    starts, ends = lane_runs(history)
-    nruns = starts.shape[0]
-    run_module = history.module[starts].astype(np.int64)
-    run_lane = history.lane[starts].astype(np.int64)
-    j0 = int((int(history.ts.min()) - 1) // HOUR_NS)
-    nbc = int((int(history.ts.max()) - 1) // HOUR_NS) - j0 + 1
-    t_first = int(history.ts.min())
-    wmax = max(wins) // HOUR_NS
-    bb = max(1, baseline_ns // HOUR_NS)
-    per_chunk = max(8, 200_000 // max(nbc, 1))
-    plan = []
-    for t in ts_list:
-        span = max(HOUR_NS, min(lookback_ns, t - t_first + HOUR_NS))
-        nb = max(int(-(-span // HOUR_NS)), wmax)
-        g0 = first_after(history.ts, starts, ends, t - nb * HOUR_NS)
-        g1 = first_after(history.ts, g0, ends, t)
-        plan.append((t, nb, g0, g1, g1 > g0))
-    parts: list[list[dict[str, F64]]] = [[] for _ in ts_list]
-    chunks = [(k0, min(nruns, k0 + per_chunk)) for k0 in range(0, nruns, per_chunk)]
-    for k0, k1 in chunks:
-        r0, r1 = int(starts[k0]), int(ends[k1 - 1])
-        g = _grid_full(history, r0, r1, starts[k0:k1] - r0, j0, nbc)
-        for i, (t, nb, _g0, g1, have) in enumerate(plan):
-            if not have[k0:k1].any():
-                parts[i].append({})
-                continue
-            jt = t // HOUR_NS - 1 - j0
-            h = have[k0:k1]
-            fb = np.full(k1 - k0, nb, dtype=np.int64)
-            fb[h] = nb - 1 - (t - history.ts[_g0[k0:k1][h]]) // HOUR_NS
-            bins = np.arange(nb)[None, :]
-            keep = (bins < fb[:, None] + bb) | (bins >= nb - wmax)
-            gs = _slice_grid(g, jt - nb + 1, jt + 1, nbc, keep)
-            for name in g.mean:
-                lv = np.full(k1 - k0, np.nan)
-                lv[h] = history.metrics[name][g1[k0:k1][h] - 1]
-                gs.last[name] = lv
-            parts[i].append(chunk_features(gs, k1 - k0, nb, t, wins, bb))
-    for i, (t, _nb, g0, g1, have) in enumerate(plan):
-        filled = [p for p in parts[i] if p]
-        if filled:
-            keys = list(filled[0])
-            vals = {k: np.concatenate([p[k] if p else np.full(b - a, np.nan)
-                                       for p, (a, b) in zip(parts[i], chunks, strict=True)])
-                    for k in keys}
-            vals = {k: v[have] for k, v in vals.items()}
-        else:
-            yield lane_features(history, at_ns=t, windows=wins, peers=peers,
-                                lookback_ns=lookback_ns, baseline_ns=baseline_ns)
-            continue
-        last_ts = history.ts[np.maximum(g1 - 1, 0)][have]
-        first_ts = history.ts[np.minimum(g0, len(history) - 1)][have]
-        vals["data.span_hours"] = (last_ts - first_ts) / HOUR_NS
-        vals["data.last_age_hours"] = (t - last_ts) / HOUR_NS
-        mod, lane = run_module[have], run_lane[have]
-        warnings: list[str] = []
-        vals.update(cross_lane(vals, mod, lane, mods, wins, peers, warnings))
-        yield LaneFeatures(module=mod.astype(np.int32), lane=lane.astype(np.int32), at_ns=t,
-                           windows=wins, values=vals, modules=mods, warnings=tuple(warnings))
 
 
 # ------------------------------------------------------------------------- model inputs
