@@ -271,8 +271,9 @@ def _scratch(tmp: Path) -> Path:
     for f in (ROOT / "examples").iterdir():  # the examples also by bare name (fabric.yaml)
         if f.is_file():
             shutil.copy(f, work / f.name)
-    if (ROOT / "tests" / "fixtures").is_dir():
-        shutil.copytree(ROOT / "tests" / "fixtures", work / "tests" / "fixtures")
+    for sub in ("fixtures", "data"):  # docs examples read real samples (tests/data/*/README.md)
+        if (ROOT / "tests" / sub).is_dir():
+            shutil.copytree(ROOT / "tests" / sub, work / "tests" / sub)
     return work
 
 

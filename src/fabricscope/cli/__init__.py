@@ -64,6 +64,7 @@ _COMMAND_MODULES = (
     "fabricscope.cli.lab",
     "fabricscope.cli.straggler",
     "fabricscope.cli.optics",
+    "fabricscope.cli.preflight",
     "fabricscope.cli.supervise",
     "fabricscope.cli.diagnose",
     "fabricscope.cli.incidents",
