@@ -79,7 +79,7 @@ def test_db_stores_findings(tmp_path: Path) -> None:
     assert res.exit_code == 1
     with DiagnosisStore(db, read_only=True) as store:
         rows = store.con.execute("SELECT source, kind FROM findings").fetchall()
-    assert rows and {s for s, _ in rows} == {"roce"}
+    assert rows and {s for s, _ in rows} == {"host"}
     assert {"roce-port-down", "roce-mtu", "roce-pfc-config", "roce-lat-high"} <= {k for _, k in rows}
 
 

@@ -208,7 +208,7 @@ def register(group: typer.Typer) -> None:
 
             now = time.time_ns()
             with DiagnosisStore(db) as store:
-                store.add_findings(Observed("collective-slownode", f, now)
+                store.add_findings(Observed("collective", f, now)
                                    for f in v.findings(window=(now, now)))
         if as_json:
             typer.echo(json.dumps(v.to_json(), indent=1))

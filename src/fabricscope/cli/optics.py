@@ -26,6 +26,8 @@ Examples:
   fabricscope optics grade fleet/history.parquet --links fleet/links.csv
 
   fabricscope optics grade fleet/history.parquet --json --out grades.json
+
+  fabricscope optics grade fleet/history.parquet --links fleet/links.csv --stream
 """
 
 _PREDICT_HELP = """Predict which modules fail within the horizon, with a calibrated risk (0-1), the grade, the reasons and the action.
@@ -39,6 +41,8 @@ Examples:
   fabricscope optics predict fleet/history.parquet --links fleet/links.csv --top 10
 
   fabricscope optics predict fleet/history.parquet --horizon 7d --at 2025-01-12T00:00:00Z --json
+
+  fabricscope optics predict fleet/history.parquet --links fleet/links.csv --stream --top 10
 """
 
 _TRAIN_HELP = """Train the failure predictor on your own history and failure labels (an RMA / ticket export: device, port, serial, failure time, optional cause).
@@ -119,6 +123,65 @@ def _read(inputs: list[Path], ts: int) -> Any:
     return h
 
 
+#: a single Parquet history at least this large is graded / predicted streamed by default
+STREAM_BYTES = 1 << 30
+#: worker processes of a streamed run (the reading stays in the main one)
+STREAM_WORKERS = 2
+
+
+def _use_stream(inputs: list[Path], stream: bool | None) -> bool:
+    """Stream when asked, or by default for one Parquet history of >= STREAM_BYTES."""
+    from fabricscope.model.errors import ConfigError
+
+    parquet = len(inputs) == 1 and inputs[0].suffix.lower() in (".parquet", ".pq", ".parq")
+    if stream and not parquet:
+        raise ConfigError(f"--stream: needs exactly one Parquet history table, got "
+                          f"{', '.join(str(i) for i in inputs)}")
+    if stream is not None:
+        return stream
+    try:
+        return parquet and inputs[0].stat().st_size >= STREAM_BYTES
+    except OSError:
+        return False
+
+
+def _progress() -> Any:
+    t0 = time.perf_counter()
+    shown = [-1]
+
+    def show(done: int, total: int) -> None:
+        pct = int(100 * done / max(total, 1))
+        if pct // 10 > shown[0] or done >= total:
+            shown[0] = pct // 10
+            print(f"streamed {done:,} of {total:,} rows ({pct} %) in "
+                  f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
+
+    return show
+
+
+def _streamed(path: Path, at_given: int | None, peers: dict[str, str] | None,
+              explicit: bool) -> Any:
+    """Features of ``path`` read in chunks (None where an auto-chosen stream is impossible)."""
+    from fabricscope.optics.readers.table import UnorderedHistoryError
+    from fabricscope.optics.stream import stream_features
+
+    try:
+        sf = stream_features(str(path), at_ns=at_given, peers=peers, progress=_progress(),
+                             workers=STREAM_WORKERS)
+    except UnorderedHistoryError as exc:
+        if explicit:
+            raise
+        print(f"warning: {exc}; reading it whole instead", file=sys.stderr)
+        return None
+    print(f"streamed {sf.rows:,} lane samples of {len(sf.history.modules):,} modules in "
+          f"{sf.seconds:.1f} s", file=sys.stderr)
+    for w in sf.history.warnings[:20]:
+        print(f"warning: {w}", file=sys.stderr)
+    if len(sf.history.warnings) > 20:
+        print(f"warning: ... and {len(sf.history.warnings) - 20} more", file=sys.stderr)
+    return sf
+
+
 def _peers(links: Path | None, inventory: Path | None) -> dict[str, str] | None:
     if links is None and inventory is None:
         return None
@@ -192,6 +255,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object per module plus the fleet summary."),
         out: Path | None = typer.Option(None, "--out", "-o", help="Also write the JSON to this file."),
         top: int = typer.Option(30, "--top", help="Rows in the table."),
+        stream: bool | None = typer.Option(None, "--stream/--no-stream", help="Read one Parquet history in chunks of whole modules (bounded memory; default: on for files of 1 GiB or more)."),
     ) -> None:
         from fabricscope.cli._outputs import check_output_file
         from fabricscope.optics.grade import grade_fleet
@@ -200,9 +264,16 @@ def register(app: typer.Typer) -> None:
             check_output_file(out, flag="--out", suffixes=(".json",))
         snap = _snapshot_ts(ts)
         at_given = _at_arg(at)
-        h = _read(inputs, snap)
-        at_ns = _at(at_given, h)
-        g = grade_fleet(h, at_ns=at_ns, peers=_peers(links, inventory))
+        peers = _peers(links, inventory)
+        sf = (_streamed(inputs[0], at_given, peers, stream is True)
+              if _use_stream(inputs, stream) else None)
+        if sf is not None:
+            g = grade_fleet(sf.history, at_ns=sf.features.at_ns, peers=peers,
+                            features=sf.features)
+        else:
+            h = _read(inputs, snap)
+            at_ns = _at(at_given, h)
+            g = grade_fleet(h, at_ns=at_ns, peers=peers)
         doc = g.to_json()
         if out is not None:
             out.write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
@@ -222,6 +293,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object per module plus the fleet summary."),
         out: Path | None = typer.Option(None, "--out", "-o", help="Also write the JSON to this file."),
         top: int = typer.Option(20, "--top", help="Rows in the table (highest risk first)."),
+        stream: bool | None = typer.Option(None, "--stream/--no-stream", help="Read one Parquet history in chunks of whole modules (bounded memory; default: on for files of 1 GiB or more)."),
     ) -> None:
         from fabricscope.cli._outputs import check_output_file
         from fabricscope.model.errors import ConfigError
@@ -238,10 +310,22 @@ def register(app: typer.Typer) -> None:
                 f"--horizon {horizon}: the model predicts failures within "
                 f"{model.horizon_ns / _DAY_NS:g} days; train one for this horizon with "
                 "`optics train --horizon`")
-        h = _read(inputs, _snapshot_ts(None))
-        at_ns = _at(at_given, h)
+        peers = _peers(links, inventory)
+        sf = (_streamed(inputs[0], at_given, peers, stream is True)
+              if _use_stream(inputs, stream) else None)
         t0 = time.perf_counter()
-        pred = predict_fleet(h, model, at_ns=at_ns, peers=_peers(links, inventory))
+        if sf is not None:
+            from fabricscope.optics.grade import grade_fleet
+
+            h = sf.history
+            at_ns = sf.features.at_ns
+            gr = grade_fleet(h, at_ns=at_ns, peers=peers, features=sf.features)
+            pred = predict_fleet(h, model, at_ns=at_ns, peers=peers, grades=gr)
+        else:
+            h = _read(inputs, _snapshot_ts(None))
+            at_ns = _at(at_given, h)
+            t0 = time.perf_counter()
+            pred = predict_fleet(h, model, at_ns=at_ns, peers=peers)
         doc = pred.to_json()
         print(f"graded and predicted {len(h.modules):,} modules in {time.perf_counter() - t0:.1f} s",
               file=sys.stderr)

@@ -179,7 +179,7 @@ def register(app: typer.Typer) -> None:
             from fabricscope.store.findings import DiagnosisStore
 
             with DiagnosisStore(db) as store:
-                n = store.add_findings([Observed(source="roce", finding=f, reported_ns=now)
+                n = store.add_findings([Observed(source="host", finding=f, reported_ns=now)
                                         for f in fnd])
             print(f"added {n} finding(s) to {db}", file=sys.stderr)
         if code == 2:

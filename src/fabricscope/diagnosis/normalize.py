@@ -11,6 +11,12 @@ Instruments name what they measured; the diagnosis needs what it means:
   *sends* them, its cable peer (IEEE 802.1Qbb: a PFC pause travels one hop): the subject
   becomes the peer port, and the evidence says so.
 
+* the health checks (issue 16) name what they compared; the knowledge base names the
+  symptom: ``collective-busbw-low`` is the ``busbw-low`` of ``diagnosis/kb``; a failed RoCE
+  MTU check is ``mtu-mismatch``, a PFC priority or trust check ``pfc-priority-mismatch`` and an
+  ECN check ``ecn-disabled``, all configuration evidence (source ``config``) whatever
+  instrument read them.
+
 Pure; the inventory tells the peer port.
 """
 
@@ -24,9 +30,25 @@ from fabricscope.fabric.inventory import Fabric
 DISCARD_COUNTERS = frozenset({"in-discards", "out-discards", "dropped-pkts"})
 
 
+#: finding kind -> (source, kind) of the knowledge base; RoCE PFC checks split by check name
+_HEALTH_KINDS: dict[str, tuple[str, str]] = {
+    "collective-busbw-low": ("collective", "busbw-low"),
+    "roce-mtu": ("config", "mtu-mismatch"),
+}
+
+
+def _roce_pfc(check: str) -> tuple[str, str]:
+    return ("config", "ecn-disabled") if check.startswith("ecn") else ("config", "pfc-priority-mismatch")
+
+
 def normalize(o: Observed, fabric: Fabric) -> Observed:
     """``o`` with its kind / subject in the diagnosis' terms (the id is kept)."""
     f = o.finding
+    health = _HEALTH_KINDS.get(f.kind)
+    if health is None and f.kind == "roce-pfc-config":
+        health = _roce_pfc(str(f.details.get("check", "")))
+    if health is not None:
+        return replace(o, source=health[0], finding=replace(f, kind=health[1]))
     if f.kind == "error-counter-increase" and str(f.details.get("counter", "")) in DISCARD_COUNTERS:
         return replace(o, finding=replace(f, kind="discard-increase"))
     if f.kind == "pause-storm" and f.details.get("direction") == "receives":

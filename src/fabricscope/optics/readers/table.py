@@ -19,6 +19,8 @@ from __future__ import annotations
 import csv
 import math
 import os
+import queue
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -43,7 +45,10 @@ from fabricscope.optics.history import (
 )
 from fabricscope.optics.readers.ethtool import parse_ts
 
-__all__ = ["Labels", "read_history", "read_labels", "write_history"]
+__all__ = [
+    "HistoryChunk", "HistoryChunks", "Labels", "UnorderedHistoryError", "read_history",
+    "read_labels", "write_history",
+]
 
 _STR_COLS = ("device", "port", *IDENTITY)
 _FLOAT_COLS = (*ALL_METRICS, *THRESHOLD_COLUMNS)
@@ -135,6 +140,43 @@ def _ts_column(col: pa.Array | pa.ChunkedArray, path: str, warnings: list[str]) 
     raise ConfigError(f"{path}: ts: column type {t}: expected int64 ns or ISO-8601 text")
 
 
+def _check_columns(p: str, names: Sequence[str], warnings: list[str]) -> None:
+    missing = [c for c in REQUIRED_COLUMNS if c not in names]
+    if missing:
+        raise ConfigError(f"{p}: required column {missing[0]!r} missing (columns needed: "
+                          f"{', '.join(REQUIRED_COLUMNS)})")
+    extra = [c for c in names if c not in COLUMNS]
+    if extra:
+        warnings.append(f"{p}: columns: {', '.join(extra)}: not history columns: ignored")
+
+
+def _convert_batch(
+    batch: pa.RecordBatch, p: str, names: Sequence[str], mods: _Modules, warnings: list[str],
+    r: int,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.int32],
+           dict[str, npt.NDArray[np.floating]]]:
+    """(ts, lane, module, metrics present) of one batch; ``r`` is its first row in the file."""
+    ts = np.asarray(_ts_column(batch.column("ts"), p, warnings).to_numpy(zero_copy_only=False),
+                    dtype=np.int64)
+    lane_col = batch.column("lane")
+    if lane_col.null_count:
+        raise ConfigError(f"{p}: lane: {lane_col.null_count} empty values (rows "
+                          f"{r + 2}..): every row needs its 0-based lane")
+    lane = np.asarray(lane_col.cast(pa.int32()).to_numpy(zero_copy_only=False), dtype=np.int32)
+    module = mods.add_batch(batch, names)
+    metrics: dict[str, npt.NDArray[np.floating]] = {}
+    for m in ALL_METRICS:
+        if m in names:
+            col = batch.column(m)
+            want = pa.float64() if m in COUNTER_METRICS else pa.float32()
+            if col.type != want:
+                col = col.cast(want)
+            if col.null_count:
+                col = col.fill_null(math.nan)
+            metrics[m] = col.to_numpy(zero_copy_only=False)
+    return ts, lane, module, metrics
+
+
 def read_history(path: str | os.PathLike[str]) -> FleetHistory:
     """The history table in ``path`` (``.parquet`` / ``.pq``, else CSV) as a :class:`FleetHistory`.
 
@@ -162,13 +204,7 @@ def read_history(path: str | os.PathLike[str]) -> FleetHistory:
             batches = iter([tbl])
     except (OSError, pa.ArrowInvalid) as exc:
         raise ConfigError(f"{p}: cannot read the history table: {exc}") from exc
-    missing = [c for c in REQUIRED_COLUMNS if c not in names]
-    if missing:
-        raise ConfigError(f"{p}: required column {missing[0]!r} missing (columns needed: "
-                          f"{', '.join(REQUIRED_COLUMNS)})")
-    extra = [c for c in names if c not in COLUMNS]
-    if extra:
-        warnings.append(f"{p}: columns: {', '.join(extra)}: not history columns: ignored")
+    _check_columns(p, names, warnings)
     ts = np.empty(n, dtype=np.int64)
     module = np.empty(n, dtype=np.int32)
     lane = np.empty(n, dtype=np.int32)
@@ -181,22 +217,10 @@ def read_history(path: str | os.PathLike[str]) -> FleetHistory:
         if k == 0:
             continue
         sl = slice(r, r + k)
-        ts[sl] = _ts_column(batch.column("ts"), p, warnings).to_numpy(zero_copy_only=False)
-        lane_col = batch.column("lane")
-        if lane_col.null_count:
-            raise ConfigError(f"{p}: lane: {lane_col.null_count} empty values (rows "
-                              f"{r + 2}..): every row needs its 0-based lane")
-        lane[sl] = lane_col.cast(pa.int32()).to_numpy(zero_copy_only=False)
-        module[sl] = mods.add_batch(batch, names)
-        for m in ALL_METRICS:
-            if m in names:
-                col = batch.column(m)
-                want = pa.float64() if m in COUNTER_METRICS else pa.float32()
-                if col.type != want:
-                    col = col.cast(want)
-                if col.null_count:
-                    col = col.fill_null(math.nan)
-                metrics[m][sl] = col.to_numpy(zero_copy_only=False)
+        bts, blane, bmod, bmet = _convert_batch(batch, p, names, mods, warnings, r)
+        ts[sl], lane[sl], module[sl] = bts, blane, bmod
+        for m, v in bmet.items():
+            metrics[m][sl] = v
         r += k
     bad_lane = int(np.count_nonzero((lane[:r] < 0) | (lane[:r] > 63)))
     if bad_lane:
@@ -205,48 +229,326 @@ def read_history(path: str | os.PathLike[str]) -> FleetHistory:
                    mods, warnings)
 
 
-def _finish(
-    p: str, ts: npt.NDArray[np.int64], module: npt.NDArray[np.int32],
-    lane: npt.NDArray[np.int32], metrics: dict[str, npt.NDArray[np.float32]], mods: _Modules,
-    warnings: list[str],
-) -> FleetHistory:
-    key = module.astype(np.int64) * 64 + lane
+@dataclass
+class _Repairs:
+    """Counts of what :func:`_repair` changed, summed over chunks of whole modules."""
+
+    back: int = 0
+    dup: int = 0
+    resets: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_COUNTERS, 0))
+
+    def add(self, other: _Repairs) -> None:
+        self.back += other.back
+        self.dup += other.dup
+        for c in _COUNTERS:
+            self.resets[c] += other.resets[c]
+
+    def warnings(self, p: str) -> list[str]:
+        out = []
+        if self.back:
+            out.append(f"{p}: ts: {self.back} samples go back in time within their lane "
+                       "(clock jump): rows sorted by time")
+        if self.dup:
+            out.append(f"{p}: (module, lane, ts): {self.dup} duplicated samples: "
+                       "later copies dropped")
+        for c in _COUNTERS:
+            if self.resets[c]:
+                out.append(f"{p}: {c}: {self.resets[c]} counter resets (value fell within a "
+                           "lane): kept, grading treats them as restarts")
+        return out
+
+
+_Rows = tuple[npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.int32],
+              dict[str, npt.NDArray[np.floating]]]
+
+
+def _repair(ts: npt.NDArray[np.int64], module: npt.NDArray[np.int32],
+            lane: npt.NDArray[np.int32], metrics: dict[str, npt.NDArray[np.floating]],
+            ) -> tuple[_Rows, _Repairs]:
+    """Rows sorted by (module, lane, ts) with duplicated samples dropped, and the counts.
+
+    Every count is per lane, so the counts of chunks of whole modules add up to those of
+    the whole table (the streaming reader relies on it).
+    """
+    rep = _Repairs()
     n = ts.shape[0]
     if n > 1:
-        contiguous = bool(np.all(np.diff(key) >= 0))
+        key = module.astype(np.int64) * 64 + lane
+        dk = np.diff(key)
+        contiguous = bool(np.all(dk >= 0))
         order = None if contiguous else np.argsort(key, kind="stable")
-        ks = key if order is None else key[order]
-        tk = ts if order is None else ts[order]
+        if order is None:
+            same = dk == 0
+            dt = np.diff(ts)
+        else:
+            ks = key[order]
+            same = np.diff(ks) == 0
+            dt = np.diff(ts[order])
         # within each lane, in file order: a step back in time is a clock jump
-        back = int(np.count_nonzero((np.diff(ks) == 0) & (np.diff(tk) < 0)))
-        if back:
-            warnings.append(f"{p}: ts: {back} samples go back in time within their lane "
-                            "(clock jump): rows sorted by time")
+        rep.back = int(np.count_nonzero(same & (dt < 0)))
+        if rep.back:
             order = np.lexsort((ts, lane, module))
         if order is not None:
             ts, module, lane, key = ts[order], module[order], lane[order], key[order]
             metrics = {m: v[order] for m, v in metrics.items()}
-        dup = np.flatnonzero((np.diff(key) == 0) & (np.diff(ts) == 0)) + 1
+            same = np.diff(key) == 0
+            dt = np.diff(ts)
+        dup = np.flatnonzero(same & (dt == 0)) + 1
         if dup.size:
+            rep.dup = int(dup.size)
             keep = np.ones(n, dtype=bool)
             keep[dup] = False
-            warnings.append(f"{p}: (module, lane, ts): {dup.size} duplicated samples: "
-                            "later copies dropped")
-            ts, module, lane, key = ts[keep], module[keep], lane[keep], key[keep]
-            metrics = {m: v[keep] for m, v in metrics.items()}
-        same_lane = np.diff(key) == 0
+            idx = np.flatnonzero(keep)
+            ts, module, lane = ts[idx], module[idx], lane[idx]
+            metrics = {m: v[idx] for m, v in metrics.items()}
+            same = np.delete(same, dup - 1)
         for c in _COUNTERS:
             v = metrics[c]
+            if np.isnan(v[0]) and np.isnan(v).all():
+                continue
             with np.errstate(invalid="ignore"):
-                resets = int(np.count_nonzero(same_lane & (np.diff(v) < 0)))
-            if resets:
-                warnings.append(f"{p}: {c}: {resets} counter resets (value fell within a "
-                                "lane): kept, grading treats them as restarts")
+                rep.resets[c] = int(np.count_nonzero(same & (np.diff(v) < 0)))
+    return (ts, module, lane, metrics), rep
+
+
+def _finish(
+    p: str, ts: npt.NDArray[np.int64], module: npt.NDArray[np.int32],
+    lane: npt.NDArray[np.int32], metrics: dict[str, npt.NDArray[np.floating]], mods: _Modules,
+    warnings: list[str],
+) -> FleetHistory:
+    (ts, module, lane, metrics), rep = _repair(ts, module, lane, metrics)
+    warnings.extend(rep.warnings(p))
+    n = ts.shape[0]
     lanes = np.zeros(len(mods.index), dtype=np.int32)
     if n:
         np.maximum.at(lanes, module, lane + 1)
     return FleetHistory(ts=ts, module=module, lane=lane, metrics=metrics,
                         modules=mods.table(lanes), warnings=tuple(warnings))
+
+
+class UnorderedHistoryError(ConfigError):
+    """A history table whose rows are not grouped by module: it cannot be streamed."""
+
+
+@dataclass(frozen=True)
+class HistoryChunk:
+    """Rows of whole modules, sorted by (module, lane, ts), duplicated samples dropped.
+
+    ``module`` indexes :attr:`HistoryChunks.modules` (complete once the iteration ends);
+    ``metrics`` holds every metric of :data:`~fabricscope.optics.history.ALL_METRICS` (NaN
+    where the file has none); ``rows_read`` counts the file's rows read so far.
+    """
+
+    ts: npt.NDArray[np.int64]
+    module: npt.NDArray[np.int32]
+    lane: npt.NDArray[np.int32]
+    metrics: dict[str, npt.NDArray[np.floating]]
+    rows_read: int
+
+    def __len__(self) -> int:
+        return int(self.ts.shape[0])
+
+
+_DONE = object()
+
+
+def _read_ahead(it: Iterator[pa.RecordBatch], depth: int) -> Iterator[pa.RecordBatch]:
+    """``it`` pulled by a background thread, ``depth`` batches ahead (Parquet decoding releases
+    the GIL, so it overlaps the consumer's numpy work on another core)."""
+    if depth <= 0:
+        yield from it
+        return
+    q: queue.Queue[object] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(x: object) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(x, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for b in it:
+                if not put(b):
+                    return
+        except BaseException as exc:  # handed to the consumer
+            put(exc)
+        put(_DONE)
+
+    th = threading.Thread(target=work, name="history-read-ahead", daemon=True)
+    th.start()
+    try:
+        while True:
+            x = q.get()
+            if x is _DONE:
+                return
+            if isinstance(x, BaseException):
+                raise x
+            yield x
+    finally:
+        stop.set()
+
+
+class HistoryChunks:
+    """A Parquet history table read in chunks of whole modules, memory bounded by a chunk.
+
+    Assumes each module's rows are contiguous in the file (any order of lanes and times
+    inside a module), which is how ``optics twin`` (:func:`fabricscope.twin.optics_fleet.\
+write_fleet`) and :func:`write_history` lay them out. A file that is not raises
+    :class:`UnorderedHistoryError` naming the file, the first out-of-order row and its module;
+    nothing is partitioned on disk. Batches of ``batch_rows`` rows are read (Apache Parquet
+    format, via ``pyarrow.parquet.ParquetFile.iter_batches``) ``read_ahead`` batches ahead by
+    a thread; a chunk is cut once it holds ``min_rows`` rows, before the module still being
+    read. Each chunk is repaired like :func:`read_history` (sorted, duplicates dropped); the
+    repair counts add up, so :attr:`warnings` equals ``read_history(path).warnings``, and the
+    module ids, :attr:`modules` and the rows equal its, chunk by chunk.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, batch_rows: int = 1 << 20,
+                 min_rows: int = 1 << 20, read_ahead: int = 2) -> None:
+        self.path = os.fspath(path)
+        self._warnings: list[str] = []
+        try:
+            self._pf = pq.ParquetFile(self.path, read_dictionary=list(_STR_COLS))
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise ConfigError(f"{self.path}: cannot read the history table: {exc}") from exc
+        self.names = list(self._pf.schema_arrow.names)
+        self.num_rows = int(self._pf.metadata.num_rows)
+        _check_columns(self.path, self.names, self._warnings)
+        self._batch_rows = max(1, int(batch_rows))
+        self._min_rows = max(1, int(min_rows))
+        self._read_ahead = int(read_ahead)
+        self._mods = _Modules()
+        self._repairs = _Repairs()
+        self._lanes = np.zeros(0, dtype=np.int32)
+        self._done = False
+
+    def ts_range(self) -> tuple[int, int] | None:
+        """(first, last) ``ts`` in ns, from the row groups' statistics when every one has them,
+        else from one pass over the ``ts`` column; None for a table without rows."""
+        if self.num_rows == 0:
+            return None
+        md = self._pf.metadata
+        col = self.names.index("ts")
+        if pa.types.is_integer(self._pf.schema_arrow.field("ts").type):
+            lo: list[int] = []
+            hi: list[int] = []
+            for i in range(md.num_row_groups):
+                rg = md.row_group(i)
+                if rg.num_rows == 0:
+                    continue
+                st = rg.column(col).statistics
+                if st is None or not st.has_min_max or st.null_count:
+                    break
+                lo.append(int(st.min))
+                hi.append(int(st.max))
+            else:
+                return (min(lo), max(hi)) if lo else None
+        first, last = None, None
+        scratch: list[str] = []
+        try:
+            for b in self._pf.iter_batches(batch_size=self._batch_rows, columns=["ts"]):
+                if b.num_rows == 0:
+                    continue
+                t = _ts_column(b.column("ts"), self.path, scratch)
+                a, z = int(pc.min(t).as_py()), int(pc.max(t).as_py())
+                first = a if first is None else min(first, a)
+                last = z if last is None else max(last, z)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise ConfigError(f"{self.path}: cannot read the history table: {exc}") from exc
+        return None if first is None or last is None else (first, last)
+
+    @property
+    def modules(self) -> ModuleTable:
+        """Every module seen so far (all of them after the iteration), lanes counted."""
+        lanes = np.zeros(len(self._mods.index), dtype=np.int32)
+        lanes[: self._lanes.shape[0]] = self._lanes
+        return self._mods.table(lanes)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What was repaired (complete after the iteration): the texts of :func:`read_history`."""
+        return tuple(self._warnings) + tuple(self._repairs.warnings(self.path))
+
+    def _cut(self, parts: list[_Rows], rows_read: int, upto: int | None) -> tuple[
+            HistoryChunk | None, list[_Rows]]:
+        ts = np.concatenate([x[0] for x in parts]) if len(parts) > 1 else parts[0][0]
+        module = np.concatenate([x[1] for x in parts]) if len(parts) > 1 else parts[0][1]
+        lane = np.concatenate([x[2] for x in parts]) if len(parts) > 1 else parts[0][2]
+        met = {m: (np.concatenate([x[3][m] for x in parts]) if len(parts) > 1 else parts[0][3][m])
+               for m in ALL_METRICS}
+        cut = ts.shape[0] if upto is None else int(np.searchsorted(module, upto, side="left"))
+        rest: list[_Rows] = []
+        if cut < ts.shape[0]:
+            rest = [(ts[cut:], module[cut:], lane[cut:], {m: v[cut:] for m, v in met.items()})]
+        if cut == 0:
+            return None, rest
+        (ts, module, lane, met), rep = _repair(ts[:cut], module[:cut], lane[:cut],
+                                               {m: v[:cut] for m, v in met.items()})
+        self._repairs.add(rep)
+        top = int(module[-1]) + 1
+        if top > self._lanes.shape[0]:
+            self._lanes = np.concatenate(
+                [self._lanes, np.zeros(top - self._lanes.shape[0], dtype=np.int32)])
+        np.maximum.at(self._lanes, module, lane + 1)
+        return HistoryChunk(ts=ts, module=module, lane=lane, metrics=met,
+                            rows_read=rows_read), rest
+
+    def __iter__(self) -> Iterator[HistoryChunk]:
+        if self._done:
+            raise ConfigError(f"{self.path}: history chunks: already read (open it again)")
+        self._done = True
+        p = self.path
+        cols = [c for c in self.names if c in COLUMNS]
+        parts: list[_Rows] = []
+        pending = 0
+        r = 0
+        last = -1
+        try:
+            batches = _read_ahead(
+                self._pf.iter_batches(batch_size=self._batch_rows, columns=cols),
+                self._read_ahead)
+            for batch in batches:
+                k = batch.num_rows
+                if k == 0:
+                    continue
+                ts, lane, module, got = _convert_batch(batch, p, self.names, self._mods,
+                                                       self._warnings, r)
+                down = np.flatnonzero(np.diff(module) < 0)
+                bad = 0 if module[0] < last else (int(down[0]) + 1 if down.size else -1)
+                if bad >= 0:
+                    i = int(module[bad])
+                    raise UnorderedHistoryError(
+                        f"{p}: row {r + bad} (0-based): module "
+                        f"{self._mods.ident['device'][i]}:{self._mods.ident['port'][i]} "
+                        "reappears after another module's rows: streaming needs each "
+                        "module's rows contiguous (sort the file by device, port, or read it "
+                        "whole with --no-stream)")
+                off = np.flatnonzero((lane < 0) | (lane > 63))
+                if off.size:
+                    raise ConfigError(f"{p}: row {r + int(off[0])} (0-based): lane: "
+                                      f"{int(lane[off[0]])}: outside 0..63")
+                met = {m: got[m] if m in got else np.full(k, np.nan, dtype=metric_dtype(m))
+                       for m in ALL_METRICS}
+                parts.append((ts, module, lane, met))
+                pending += k
+                r += k
+                last = int(module[-1])
+                if pending >= self._min_rows:
+                    chunk, parts = self._cut(parts, r, last)
+                    pending = sum(x[0].shape[0] for x in parts)
+                    if chunk is not None:
+                        yield chunk
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise ConfigError(f"{p}: cannot read the history table: {exc}") from exc
+        if parts:
+            chunk, _ = self._cut(parts, r, None)
+            if chunk is not None:
+                yield chunk
 
 
 def write_history(history: FleetHistory, path: str | os.PathLike[str], *,
