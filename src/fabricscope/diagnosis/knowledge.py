@@ -41,8 +41,9 @@ AUTOMATIONS: tuple[str, ...] = ("cost-out-link", "shift-lb-weight", "restart-age
 #: where a check runs: an instrument's store, a simulator what-if, or a person (``manual``)
 CHECK_SOURCES: tuple[str, ...] = (*SIGNALS, "what-if", "manual")
 
-#: The finding kinds the instruments emit today, per signal. A symptom naming another kind is
-#: knowledge for an instrument still to come (collective, host and config checks).
+#: The finding kinds the instruments emit today, per signal, in the knowledge base's terms
+#: (:mod:`fabricscope.diagnosis.normalize` maps the health checks' kinds). A symptom naming
+#: another kind is knowledge for an instrument still to come.
 EMITTED: Mapping[str, frozenset[str]] = {
     "telemetry": frozenset({"micro-burst", "queue-buildup", "error-counter-increase",
                             "discard-increase", "link-flap", "link-down", "pause-storm"}),
@@ -51,6 +52,12 @@ EMITTED: Mapping[str, frozenset[str]] = {
     "straggler": frozenset({"slow-gpu", "slow-nic", "slow-switch", "stage-imbalance",
                             "sequence-imbalance"}),
     "optics": frozenset({"optic-degrading", "optic-rx-low"}),
+    # fabricscope collective analyze / slow-node, roce check, preflight (issue 16)
+    "collective": frozenset({"busbw-low", "slow-node", "slow-node-pair"}),
+    "host": frozenset({"host-misconfig", "roce-port-down", "roce-rate-low", "roce-gid-mismatch",
+                       "roce-bw-low", "roce-lat-high", "roce-neighbour-mismatch",
+                       "roce-perftest-error"}),
+    "config": frozenset({"mtu-mismatch", "pfc-priority-mismatch", "ecn-disabled"}),
 }
 
 _ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
