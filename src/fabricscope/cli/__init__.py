@@ -67,6 +67,7 @@ _COMMAND_MODULES = (
     "fabricscope.cli.collective",
     "fabricscope.cli.preflight",
     "fabricscope.cli.roce",
+    "fabricscope.cli.slo",
     "fabricscope.cli.supervise",
     "fabricscope.cli.diagnose",
     "fabricscope.cli.incidents",

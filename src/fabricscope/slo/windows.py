@@ -1,0 +1,131 @@
+"""Sliding-window request statistics per service and method.
+
+Requests are the server-side spans (``SERVER`` / ``CONSUMER`` kinds, and roots of any kind): the
+latency a caller of that service sees, minus the network. Windows are ``window_ns`` wide and start
+every ``step_ns`` (``window_ns`` a multiple of ``step_ns``; equal: tumbling windows) aligned on
+multiples of ``step_ns`` since the Unix epoch; a request belongs to every window covering its start.
+Quantiles are exact per window (nearest-rank: the ceil(q*n)-th smallest, Hyndman & Fan 1996
+definition 1), computed by one sort of (group, latency), not a sketch. Token latency for streaming
+inference is the time per output token after the first, ``(duration - ttft) / output_tokens``
+(OpenTelemetry GenAI semantic conventions: ``gen_ai.usage.output_tokens``,
+``gen_ai.server.time_to_first_token``, ``gen_ai.server.time_per_output_token``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from fabricscope.model.errors import ConfigError
+from fabricscope.slo.otlp import STATUS_ERROR, SpanTable
+
+__all__ = ["WindowStats", "request_mask", "window_stats"]
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """One row per (service, method, window) with at least one request; times in ms, NaN when not measured."""
+
+    service: tuple[str, ...]
+    method: tuple[str, ...]
+    window_start_ns: np.ndarray
+    window_ns: int
+    requests: np.ndarray
+    rate_per_s: np.ndarray
+    p50_ms: np.ndarray
+    p99_ms: np.ndarray
+    p999_ms: np.ndarray
+    error_rate: np.ndarray
+    errors: np.ndarray
+    attainment: np.ndarray
+    token_ms: np.ndarray
+    ttft_ms: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.service)
+
+    def rows(self) -> list[dict[str, float | int | str]]:
+        out: list[dict[str, float | int | str]] = []
+        for i in range(len(self)):
+            out.append({"service": self.service[i], "method": self.method[i],
+                        "window_start_ns": int(self.window_start_ns[i]), "requests": int(self.requests[i]),
+                        "rate_per_s": round(float(self.rate_per_s[i]), 3), "p50_ms": _r(self.p50_ms[i]),
+                        "p99_ms": _r(self.p99_ms[i]), "p999_ms": _r(self.p999_ms[i]),
+                        "errors": int(self.errors[i]), "error_rate": round(float(self.error_rate[i]), 6),
+                        "sla_attainment": round(float(self.attainment[i]), 6), "token_ms": _r(self.token_ms[i]),
+                        "ttft_ms": _r(self.ttft_ms[i])})
+        return out
+
+
+def _r(x: float) -> float:
+    return round(float(x), 4) if np.isfinite(x) else float("nan")
+
+
+def request_mask(t: SpanTable) -> np.ndarray:
+    """Spans that are requests served by their service (server / consumer spans and roots)."""
+    return np.asarray((t.kind == 2) | (t.kind == 5) | (t.parent_id == b""))
+
+
+def _nearest_rank(sorted_vals: np.ndarray, first: np.ndarray, cnt: np.ndarray, q: float) -> np.ndarray:
+    k = np.maximum(np.ceil(q * cnt).astype(np.int64) - 1, 0)
+    return np.asarray(sorted_vals[first + k])
+
+
+def window_stats(t: SpanTable, *, window_ns: int, step_ns: int | None = None, slo_ms: float = 25.0,
+                 service_slo_ms: Mapping[str, float] | None = None) -> WindowStats:
+    """Per (service, method, window): rate, p50 / p99 / p99.9, error rate, SLA attainment, token latency.
+
+    SLA attainment is requests within their service's SLO (``service_slo_ms`` or ``slo_ms``) over all requests.
+    """
+    step = window_ns if step_ns is None else step_ns
+    if window_ns <= 0 or step <= 0 or window_ns % step:
+        raise ConfigError(f"slo windows: window {window_ns} ns must be a positive multiple of step {step} ns")
+    m = request_mask(t)
+    svc, name = t.service[m].astype(np.int64), t.name[m].astype(np.int64)
+    dur = (t.end_ns[m] - t.start_ns[m]).astype(np.float64) / 1e6
+    err = t.status[m] == STATUS_ERROR
+    tok, ttft = t.out_tokens[m], t.ttft_ns[m]
+    slo_by_svc = np.array([float((service_slo_ms or {}).get(s, slo_ms)) for s in t.services] or [slo_ms])
+    within = dur <= slo_by_svc[svc]
+    per_tok = np.where(tok > 0, (dur - np.where(ttft >= 0, ttft / 1e6, 0.0)) / np.maximum(tok, 1), np.nan)
+    ttft_ms = np.where(ttft >= 0, ttft / 1e6, np.nan)
+    k = window_ns // step
+    base = t.start_ns[m] // step
+    reps = [base - j for j in range(k)]
+    widx = np.concatenate(reps)
+    idx = np.tile(np.arange(len(dur)), k)
+    nm = max(len(t.names), 1)
+    sm = svc[idx] * nm + name[idx]
+    wmin = int(widx.min()) if len(widx) else 0
+    group = sm * (int(widx.max()) - wmin + 1 if len(widx) else 1) + (widx - wmin)
+    ug, gi = np.unique(group, return_inverse=True)
+    cnt = np.bincount(gi)
+    order = np.lexsort((dur[idx], gi))
+    sd = dur[idx][order]
+    first = np.concatenate(([0], np.cumsum(cnt)[:-1])).astype(np.int64)
+    span = int(widx.max()) - wmin + 1 if len(widx) else 1
+    g_sm, g_w = ug // span, ug % span + wmin
+    errs = np.bincount(gi, weights=err[idx].astype(np.float64))
+    ok = np.bincount(gi, weights=within[idx].astype(np.float64))
+
+    def group_median(v: np.ndarray) -> np.ndarray:
+        vv = v[idx]
+        fin = np.isfinite(vv)
+        outv = np.full(len(ug), np.nan)
+        if fin.any():
+            c = np.bincount(gi[fin], minlength=len(ug))
+            o = np.lexsort((vv[fin], gi[fin]))
+            f = np.concatenate(([0], np.cumsum(c)[:-1]))
+            h = c > 0
+            outv[h] = vv[fin][o][f[h] + (c[h] - 1) // 2]
+        return outv
+
+    return WindowStats(
+        service=tuple(t.services[s] for s in (g_sm // nm).tolist()), method=tuple(t.names[x] for x in (g_sm % nm).tolist()),
+        window_start_ns=g_w * step, window_ns=window_ns, requests=cnt,
+        rate_per_s=cnt / (window_ns / 1e9), p50_ms=_nearest_rank(sd, first, cnt, 0.5),
+        p99_ms=_nearest_rank(sd, first, cnt, 0.99), p999_ms=_nearest_rank(sd, first, cnt, 0.999),
+        error_rate=errs / cnt, errors=errs.astype(np.int64), attainment=ok / cnt, token_ms=group_median(per_tok),
+        ttft_ms=group_median(ttft_ms))
