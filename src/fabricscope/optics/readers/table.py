@@ -23,6 +23,7 @@ import queue
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -77,11 +78,27 @@ class _Modules:
             codes.append(pc.fill_null(col.indices, 0).to_numpy(zero_copy_only=False)
                          .astype(np.int64))
             dicts.append(["" if v is None else str(v) for v in col.dictionary.to_pylist()])
-        width = max(len(dicts[1]), 1)
-        enc = pc.dictionary_encode(pa.array(codes[0] * width + codes[1]))
-        local = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        uniq = [(dicts[0][int(c) // width], dicts[1][int(c) % width])
-                for c in enc.dictionary.to_numpy()]
+        n = codes[0].shape[0]
+        chg = np.empty(n, dtype=bool)
+        if n:
+            chg[0] = True
+            np.not_equal(codes[0][1:], codes[0][:-1], out=chg[1:])
+            chg[1:] |= codes[1][1:] != codes[1][:-1]
+        run = np.flatnonzero(chg)
+        if run.shape[0] <= max(4096, n // 256):
+            # rows grouped by module (the usual layout): one dict look-up per run of rows
+            seen: dict[tuple[int, int], int] = {}
+            run_local = np.array([seen.setdefault((int(a), int(b)), len(seen)) for a, b in
+                                  zip(codes[0][run].tolist(), codes[1][run].tolist(),
+                                      strict=True)], dtype=np.int64)
+            local = np.repeat(run_local, np.diff(np.append(run, n)))
+            uniq = [(dicts[0][a], dicts[1][b]) for a, b in seen]
+        else:
+            width = max(len(dicts[1]), 1)
+            enc = pc.dictionary_encode(pa.array(codes[0] * width + codes[1]))
+            local = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            uniq = [(dicts[0][int(c) // width], dicts[1][int(c) % width])
+                    for c in enc.dictionary.to_numpy()]
         # first row of each local module: its identity and thresholds (constant per module)
         first = np.full(len(uniq), -1, dtype=np.int64)
         order = np.arange(local.shape[0] - 1, -1, -1)
@@ -177,14 +194,24 @@ def _convert_batch(
     return ts, lane, module, metrics
 
 
-def read_history(path: str | os.PathLike[str]) -> FleetHistory:
+def read_history(path: str | os.PathLike[str], *, chunked: bool = True) -> FleetHistory:
     """The history table in ``path`` (``.parquet`` / ``.pq``, else CSV) as a :class:`FleetHistory`.
 
     Raises :class:`ConfigError` when the file is missing / unreadable or lacks a required
     column (``ts``, ``device``, ``port``, ``lane`` and the five core metrics); every other
     problem is a warning in ``FleetHistory.warnings``.
+
+    A Parquet file whose modules' rows are contiguous (as ``optics twin`` and
+    :func:`write_history` write them) is read in chunks of whole modules (:class:`HistoryChunks`),
+    each sorted and deduplicated apart; any other, or ``chunked=False``, is read whole and
+    sorted at once. Both give the same table and warnings.
     """
     p = os.fspath(path)
+    if chunked and _is_parquet(p):
+        try:
+            return _read_parquet_chunked(p)
+        except UnorderedHistoryError:
+            pass  # modules not contiguous: read it whole and sort it below
     warnings: list[str] = []
     try:
         if _is_parquet(p):
@@ -350,9 +377,10 @@ class HistoryChunk:
 
 
 _DONE = object()
+_T = TypeVar("_T")
 
 
-def _read_ahead(it: Iterator[pa.RecordBatch], depth: int) -> Iterator[pa.RecordBatch]:
+def _read_ahead(it: Iterator[_T], depth: int) -> Iterator[_T]:
     """``it`` pulled by a background thread, ``depth`` batches ahead (Parquet decoding releases
     the GIL, so it overlaps the consumer's numpy work on another core)."""
     if depth <= 0:
@@ -388,7 +416,7 @@ def _read_ahead(it: Iterator[pa.RecordBatch], depth: int) -> Iterator[pa.RecordB
                 return
             if isinstance(x, BaseException):
                 raise x
-            yield x
+            yield cast(_T, x)
     finally:
         stop.set()
 
@@ -498,57 +526,85 @@ write_fleet`) and :func:`write_history` lay them out. A file that is not raises
         return HistoryChunk(ts=ts, module=module, lane=lane, metrics=met,
                             rows_read=rows_read), rest
 
+    def _rows(self) -> Iterator[_Rows]:
+        """Converted, checked batches (run by the read-ahead thread: decoding, the module
+        index and the checks overlap the consumer's work)."""
+        p = self.path
+        cols = [c for c in self.names if c in COLUMNS]
+        r = 0
+        last = -1
+        for batch in self._pf.iter_batches(batch_size=self._batch_rows, columns=cols):
+            k = batch.num_rows
+            if k == 0:
+                continue
+            ts, lane, module, got = _convert_batch(batch, p, self.names, self._mods,
+                                                   self._warnings, r)
+            del batch  # drop the identity / threshold columns now
+            down = np.flatnonzero(np.diff(module) < 0)
+            bad = 0 if module[0] < last else (int(down[0]) + 1 if down.size else -1)
+            if bad >= 0:
+                i = int(module[bad])
+                raise UnorderedHistoryError(
+                    f"{p}: row {r + bad} (0-based): module "
+                    f"{self._mods.ident['device'][i]}:{self._mods.ident['port'][i]} "
+                    "reappears after another module's rows: streaming needs each "
+                    "module's rows contiguous (sort the file by device, port, or read it "
+                    "whole with --no-stream)")
+            off = np.flatnonzero((lane < 0) | (lane > 63))
+            if off.size:
+                raise ConfigError(f"{p}: row {r + int(off[0])} (0-based): lane: "
+                                  f"{int(lane[off[0]])}: outside 0..63")
+            met = {m: got[m] if m in got else np.full(k, np.nan, dtype=metric_dtype(m))
+                   for m in ALL_METRICS}
+            r += k
+            last = int(module[-1])
+            yield ts, module, lane, met
+
     def __iter__(self) -> Iterator[HistoryChunk]:
         if self._done:
             raise ConfigError(f"{self.path}: history chunks: already read (open it again)")
         self._done = True
-        p = self.path
-        cols = [c for c in self.names if c in COLUMNS]
         parts: list[_Rows] = []
         pending = 0
         r = 0
-        last = -1
         try:
-            batches = _read_ahead(
-                self._pf.iter_batches(batch_size=self._batch_rows, columns=cols),
-                self._read_ahead)
-            for batch in batches:
-                k = batch.num_rows
-                if k == 0:
-                    continue
-                ts, lane, module, got = _convert_batch(batch, p, self.names, self._mods,
-                                                       self._warnings, r)
-                down = np.flatnonzero(np.diff(module) < 0)
-                bad = 0 if module[0] < last else (int(down[0]) + 1 if down.size else -1)
-                if bad >= 0:
-                    i = int(module[bad])
-                    raise UnorderedHistoryError(
-                        f"{p}: row {r + bad} (0-based): module "
-                        f"{self._mods.ident['device'][i]}:{self._mods.ident['port'][i]} "
-                        "reappears after another module's rows: streaming needs each "
-                        "module's rows contiguous (sort the file by device, port, or read it "
-                        "whole with --no-stream)")
-                off = np.flatnonzero((lane < 0) | (lane > 63))
-                if off.size:
-                    raise ConfigError(f"{p}: row {r + int(off[0])} (0-based): lane: "
-                                      f"{int(lane[off[0]])}: outside 0..63")
-                met = {m: got[m] if m in got else np.full(k, np.nan, dtype=metric_dtype(m))
-                       for m in ALL_METRICS}
-                parts.append((ts, module, lane, met))
+            for part in _read_ahead(self._rows(), self._read_ahead):
+                parts.append(part)
+                k = int(part[0].shape[0])
                 pending += k
                 r += k
-                last = int(module[-1])
                 if pending >= self._min_rows:
-                    chunk, parts = self._cut(parts, r, last)
+                    chunk, parts = self._cut(parts, r, int(part[1][-1]))
                     pending = sum(x[0].shape[0] for x in parts)
                     if chunk is not None:
                         yield chunk
         except (OSError, pa.ArrowInvalid) as exc:
-            raise ConfigError(f"{p}: cannot read the history table: {exc}") from exc
+            raise ConfigError(f"{self.path}: cannot read the history table: {exc}") from exc
         if parts:
             chunk, _ = self._cut(parts, r, None)
             if chunk is not None:
                 yield chunk
+
+
+def _read_parquet_chunked(p: str) -> FleetHistory:
+    """:func:`read_history` of a Parquet file whose modules are contiguous: chunks of whole
+    modules repaired one by one (in cache) into preallocated columns; same result."""
+    reader = HistoryChunks(p, read_ahead=1)
+    n = reader.num_rows
+    ts = np.empty(n, dtype=np.int64)
+    module = np.empty(n, dtype=np.int32)
+    lane = np.empty(n, dtype=np.int32)
+    metrics = {m: np.empty(n, dtype=metric_dtype(m)) for m in ALL_METRICS}
+    r = 0
+    for c in reader:
+        k = len(c)
+        ts[r:r + k], module[r:r + k], lane[r:r + k] = c.ts, c.module, c.lane
+        for m, v in c.metrics.items():
+            metrics[m][r:r + k] = v
+        r += k
+    return FleetHistory(ts=ts[:r], module=module[:r], lane=lane[:r],
+                        metrics={m: v[:r] for m, v in metrics.items()},
+                        modules=reader.modules, warnings=reader.warnings)
 
 
 def write_history(history: FleetHistory, path: str | os.PathLike[str], *,
