@@ -82,6 +82,7 @@ __all__ = [
     "DEFAULT_WINDOWS",
     "HOUR_NS",
     "NOISE_FLOOR",
+    "TARGET_CELLS",
     "LaneFeatures",
     "LaneGrid",
     "ModuleFeatures",
@@ -90,6 +91,7 @@ __all__ = [
     "feature_series",
     "filled_modules",
     "first_after",
+    "grid_chunk",
     "lane_features",
     "lane_runs",
     "module_features",
@@ -127,7 +129,8 @@ _MIN_POP = 8
 _TREND = ("temperature_c", "vcc_v", "tx_bias_ma", "tx_power_dbm", "rx_power_dbm", "log_ber")
 _TEMP_REGRESSED = ("tx_bias_ma", "tx_power_dbm")
 _COUNTERS = (("crc_errors", "crc"), ("fec_uncorrectable", "fec_unc"))
-_TARGET_CELLS = 200_000
+#: (lanes x hourly cells) per chunk of lanes; the streaming path (stream.py) cuts the same chunks
+TARGET_CELLS = 200_000
 
 
 def window_label(ns: int) -> str:
@@ -364,7 +367,7 @@ def first_after(ts: I64, lo: I64, hi: I64, t: int) -> I64:
         hi = np.where(act & ~right, mid, hi)
 
 
-def _grid_chunk(history: FleetHistory, r0: int, r1: int, starts: I64, g0: I64, g1: I64,
+def grid_chunk(history: FleetHistory, r0: int, r1: int, starts: I64, g0: I64, g1: I64,
                 at_ns: int, nb: int, wmax: int, bb: int) -> LaneGrid:
     """Hourly cells of rows r0:r1 (whole lanes starting at ``starts``; rows ``g0:g1`` of each
     lane lie in the grid).
@@ -645,7 +648,7 @@ def lane_features(
     span = max(HOUR_NS, min(lookback_ns, at - t_first + HOUR_NS))
     nb = int(-(-span // HOUR_NS))
     nb = max(nb, max(wins) // HOUR_NS)
-    per_chunk = max(8, _TARGET_CELLS // nb)
+    per_chunk = max(8, TARGET_CELLS // nb)
     g0 = first_after(history.ts, starts, ends, at - nb * HOUR_NS)
     g1 = first_after(history.ts, g0, ends, at)
     have = g1 > g0
@@ -657,7 +660,7 @@ def lane_features(
         if not have[k0:k1].any():
             parts.append({})
             continue
-        g = _grid_chunk(history, int(starts[k0]), int(ends[k1 - 1]), starts[k0:k1], g0[k0:k1],
+        g = grid_chunk(history, int(starts[k0]), int(ends[k1 - 1]), starts[k0:k1], g0[k0:k1],
                         g1[k0:k1], at, nb, wmax, bb)
         parts.append(chunk_features(g, k1 - k0, nb, at, wins, bb))
     filled = [p for p in parts if p]
