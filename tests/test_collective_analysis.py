@@ -25,7 +25,8 @@ from fabricscope.collective.analysis import bus_factor
 from fabricscope.collective.model import Placement, SizeRow
 from fabricscope.model.errors import ConfigError, TraceFormatError
 
-DATA = Path(__file__).parent / "data" / "collective"
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "collective"
 
 
 def _run_2node() -> CollectiveRun:
@@ -161,7 +162,7 @@ def examples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copy(DATA / "superbench_nccl_allreduce.log", ex / "allreduce_8gpu.log")
     shutil.copy(DATA / "a3mega_allreduce_2node.txt", ex / "allreduce_2node.txt")
     shutil.copy(DATA / "ncclebpf_socket-thread-validation.md.txt", ex / "socket_runs.md")
-    shutil.copy(DATA / "print_run.py", ex / "print_run.py")
+    shutil.copy(ROOT / "examples" / "collective" / "print_run.py", ex / "print_run.py")
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

@@ -16,7 +16,8 @@ from fabricscope.collective.watch import detect_changes, robust_baseline, siegmu
 from fabricscope.model.errors import ConfigError
 from fabricscope.store.collective import CollectiveWatchStore, WatchSample
 
-DATA = Path(__file__).parent / "data" / "collective"
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "collective"
 TRIALS = 300
 
 
@@ -117,7 +118,7 @@ def test_watch_runs_a_real_command_and_flags_the_degraded_runs(tmp_path: Path) -
     """Replays real runs of one machine: three DEFAULT runs, then two with
     NCCL_SOCKET_NTHREADS=4 (avg busbw 1.58 -> 1.48 -> 1.43 GB/s)."""
     marker = tmp_path / "checked"
-    cmd = [sys.executable, str(DATA / "print_run.py"), str(DATA / "ncclebpf_socket-thread-validation.md.txt"),
+    cmd = [sys.executable, str(ROOT / "examples" / "collective" / "print_run.py"), str(DATA / "ncclebpf_socket-thread-validation.md.txt"),
            str(tmp_path / "state"), "0", "1", "2", "3", "4"]
     res = CliRunner().invoke(_app(), [
         "collective", "watch", "--every", "0s", "--count", "5", "--warmup", "3",
