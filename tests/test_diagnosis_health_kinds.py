@@ -48,3 +48,11 @@ def test_a_roce_mtu_failure_becomes_an_mtu_incident_on_the_nics_cable() -> None:
     assert len(incs) == 1
     top = incs[0].root_causes[0]
     assert top.fault == "mtu-mismatch" and top.resource in rm.resources(nic, "cable")
+
+
+def test_two_failed_checks_of_one_kind_on_one_nic_are_two_findings() -> None:
+    a, b = _obs("roce-mtu", "host0001/nic0", "mtu"), _obs("roce-mtu", "host0001/nic0", "netdev-mtu")
+    assert a.id != b.id
+    assert _obs("roce-mtu", "host0001/nic0", "mtu").id == a.id  # stable
+    plain = Observed("probe", Finding("gray-link", "a:eth1->b:eth2", 0.9, (1, 2)), 2)
+    assert plain.id == Observed("probe", Finding("gray-link", "a:eth1->b:eth2", 0.5, (1, 9)), 3).id

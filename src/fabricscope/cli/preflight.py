@@ -100,19 +100,14 @@ def _fix(results: list[Any], *, host: str, root: str, yes: bool, dry_run: bool,
 
 
 def _add_to_db(db: Path, results: list[Any], host: str) -> int:
-    import hashlib
 
     from fabricscope.diagnosis.model import Observed
     from fabricscope.preflight import findings
     from fabricscope.store.findings import DiagnosisStore
 
     now = time.time_ns()
-    # finding_id keys on (source, kind, subject, window start): every fail of one run would
-    # share it, so the check and its target (host/IF) join the key.
-    obs = [Observed(source="host", finding=f, reported_ns=now,
-                    id="f-" + hashlib.blake2s(
-                        f"host|{f.kind}|{f.subject}|{f.details['check']}|{f.details['target']}"
-                        f"|{f.window[0]}".encode(), digest_size=6).hexdigest())
+    # finding_id adds details' check and target (host/IF) to its key: one finding per fail
+    obs = [Observed(source="host", finding=f, reported_ns=now)
            for f in findings(results, hostname=host, now_ns=now)]
     with DiagnosisStore(db) as store:
         return store.add_findings(obs)

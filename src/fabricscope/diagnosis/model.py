@@ -30,8 +30,17 @@ SOURCES: tuple[str, ...] = Source.__args__  # type: ignore[attr-defined]
 
 
 def finding_id(source: str, f: Finding) -> str:
-    """A stable short id for finding ``f`` of ``source`` (same finding, same id)."""
+    """A stable short id for finding ``f`` of ``source`` (same finding, same id).
+
+    The key is (source, kind, subject, window start), plus ``details["check"]`` and
+    ``details["target"]`` where a check-based instrument (RoCE, preflight) sets them: two
+    checks failing on one NIC at one instant are two findings, not one.
+    """
     key = f"{source}|{f.kind}|{f.subject}|{f.window[0]}"
+    for k in ("check", "target"):
+        v = f.details.get(k) if f.details else None
+        if v not in (None, ""):
+            key += f"|{v}"
     return "f-" + hashlib.blake2s(key.encode(), digest_size=6).hexdigest()
 
 
