@@ -93,3 +93,16 @@ def test_window_quantiles_exact(tmp_path: Path) -> None:
     assert all(0.03 < ws.token_ms[k] < 0.12 for k in llm)  # 0.06 ms per token, lognormal jitter 0.2
     with pytest.raises(ConfigError):
         window_stats(t, window_ns=3, step_ns=2)
+
+
+def test_several_slow_tools_are_several_clear_breaches(tmp_path: Path) -> None:
+    """Each slow request is slow in one of four tools: upstream series split their blame over
+    the four, but each tool explains its own series, so each is a breach of its own, not an
+    ambiguous one (it was scored 0.27 and called "split" before)."""
+    cfg = AgentTraceConfig(n_traces=2000, qps=10, slow_fraction=0.3, slow_kinds=("tool",))
+    findings, truth = _run(tmp_path, cfg, seed=11)
+    breaches = [f for f in findings if f.kind == "slo-breach"]
+    slow_hops = {t.hop for t in truth if t.kind}
+    assert breaches and {f.subject for f in breaches} <= slow_hops
+    assert all(f.details["ambiguous"] == 0 and f.score > 0.9 for f in breaches), \
+        [(f.subject, f.score) for f in breaches]

@@ -173,7 +173,12 @@ def _latency(t: SpanTable, ch: Chains, cfg: RuleConfig, ws: WindowStats) -> list
                     if h >= 0 and share < cfg.ambiguous_share and counts[h] != counts.max():
                         continue
                     e = per_hop.setdefault(h, {"w0": w0, "w1": w1, "series": [], "traces": set(), "blamed": set(),
-                                               "excess": [], "candidates": counts})
+                                               "excess": [], "candidates": counts, "best": 0.0})
+                    # the hop's share in the series that blames it most: an upstream series whose
+                    # slow requests are slow in several hops (a different one per request) must
+                    # not make a hop that explains its own series look ambiguous
+                    if share >= e["best"]:
+                        e["best"], e["candidates"] = float(share), counts
                     e["w0"], e["w1"] = min(e["w0"], w0), max(e["w1"], w1)
                     e["series"].append(f"{svc} {meth} p{q * 100:g} up to {_ms(worst)} > "
                                        f"{_ms(cfg.latency_threshold_ms)} in {d - c} consecutive windows")
@@ -185,7 +190,7 @@ def _latency(t: SpanTable, ch: Chains, cfg: RuleConfig, ws: WindowStats) -> list
         mine = np.array(sorted(e["blamed"]), dtype=np.int64)
         e["excess"] = (ch.blame_excess_ns[mine] / 1e6).tolist()
         e["traces"], e["blamed"] = len(e["traces"]), len(mine)
-        share = e["blamed"] / max(e["traces"], 1)
+        share = e["best"]
         if h < 0:
             subject, ev_hop = "unlocalized", "no single hop stands out in the slow traces (diffuse slowness)"
         else:
