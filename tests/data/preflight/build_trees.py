@@ -108,6 +108,8 @@ def build(root: Path, *, tuned: bool) -> None:
        + ("intel_iommu=on iommu=pt transparent_hugepage=never" if tuned else "quiet splash"))
     for u in ("dmar0", "dmar1"):
         (root / "sys/class/iommu" / u).mkdir(parents=True, exist_ok=True)
+        # a file inside, as sysfs has (uevent), so git keeps the unit's directory
+        (root / "sys/class/iommu" / u / "uevent").write_text("")
     _w(root, "proc/1/comm", "systemd")
     _w(root, "proc/812/comm", "sshd")
     if not tuned:
