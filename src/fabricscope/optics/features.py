@@ -86,6 +86,7 @@ __all__ = [
     "LaneFeatures",
     "LaneGrid",
     "ModuleFeatures",
+    "check_feature_args",
     "chunk_features",
     "cross_lane",
     "feature_series",
@@ -595,6 +596,21 @@ def chunk_features(g: LaneGrid, nl: int, nb: int, at_ns: int, windows: tuple[int
 
 
 # --------------------------------------------------------------------------- main
+def check_feature_args(windows: Sequence[int], lookback_ns: int, baseline_ns: int) -> tuple[int, ...]:
+    """The trend windows as ints, after checking them and the baseline (ConfigError naming the
+    bad value): shared by :func:`lane_features` and the streaming path."""
+    wins = tuple(int(w) for w in windows)
+    if not wins:
+        raise ConfigError("optics features: windows: need at least one window")
+    for w in wins:
+        if w < HOUR_NS or w % HOUR_NS or w > lookback_ns:
+            raise ConfigError(f"optics features: windows: {w} ns: must be whole hours, "
+                              f"1 h .. lookback ({lookback_ns // HOUR_NS} h)")
+    if baseline_ns < HOUR_NS:
+        raise ConfigError(f"optics features: baseline_ns: must be >= 1 h, got {baseline_ns}")
+    return wins
+
+
 def lane_features(
     history: FleetHistory,
     *,
@@ -630,15 +646,7 @@ def lane_features(
     if isinstance(at_ns, bool) or not isinstance(at_ns, int | np.integer):
         raise ConfigError(f"optics features: at_ns: must be an integer (ns), got {at_ns!r}")
     at = int(at_ns)
-    wins = tuple(int(w) for w in windows)
-    if not wins:
-        raise ConfigError("optics features: windows: need at least one window")
-    for w in wins:
-        if w < HOUR_NS or w % HOUR_NS or w > lookback_ns:
-            raise ConfigError(f"optics features: windows: {w} ns: must be whole hours, "
-                              f"1 h .. lookback ({lookback_ns // HOUR_NS} h)")
-    if baseline_ns < HOUR_NS:
-        raise ConfigError(f"optics features: baseline_ns: must be >= 1 h, got {baseline_ns}")
+    wins = check_feature_args(windows, lookback_ns, baseline_ns)
     mods = modules if modules is not None else filled_modules(history.modules)
     starts, ends = lane_runs(history)
     nruns = starts.shape[0]

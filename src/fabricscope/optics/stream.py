@@ -45,6 +45,7 @@ from fabricscope.optics.features import (
     TARGET_CELLS,
     LaneFeatures,
     LaneGrid,
+    check_feature_args,
     chunk_features,
     cross_lane,
     filled_modules,
@@ -164,15 +165,7 @@ def stream_features(
         raise ConfigError(f"optics features: at_ns: must be an integer (ns), got {at_ns!r}")
     if workers < 1:
         raise ConfigError(f"optics stream: workers: must be >= 1, got {workers}")
-    wins = tuple(int(w) for w in windows)
-    if not wins:
-        raise ConfigError("optics features: windows: need at least one window")
-    for w in wins:
-        if w < HOUR_NS or w % HOUR_NS or w > lookback_ns:
-            raise ConfigError(f"optics features: windows: {w} ns: must be whole hours, "
-                              f"1 h .. lookback ({lookback_ns // HOUR_NS} h)")
-    if baseline_ns < HOUR_NS:
-        raise ConfigError(f"optics features: baseline_ns: must be >= 1 h, got {baseline_ns}")
+    wins = check_feature_args(windows, lookback_ns, baseline_ns)
     reader = HistoryChunks(path, batch_rows=batch_rows, min_rows=batch_rows, read_ahead=1)
     rng = reader.ts_range()
     if rng is None:
