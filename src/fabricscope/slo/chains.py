@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fabricscope.slo._group import factorize, group_median, group_quantile
 from fabricscope.slo.otlp import KIND_CLIENT, KIND_INTERNAL, KIND_PRODUCER, SpanTable
 
 __all__ = ["HOP_CALL", "HOP_EDGE", "HOP_SERVICE", "Chains", "analyze_chains", "hex_keys"]
@@ -41,27 +42,13 @@ def hex_keys(ids: np.ndarray) -> np.ndarray:
     width = ids.dtype.itemsize
     if len(ids) == 0:
         return np.zeros(0, dtype=np.uint64)
-    words = np.frombuffer(np.ascontiguousarray(ids).tobytes(), dtype=np.uint64).reshape(-1, width // 8)
+    words = np.ascontiguousarray(ids).view(np.uint64).reshape(-1, width // 8)
     h = np.zeros(len(ids), dtype=np.uint64)
     with np.errstate(over="ignore"):
         for j in range(width // 8):
             h = (h ^ words[:, j]) * np.uint64(0xBF58476D1CE4E5B9)
             h ^= h >> np.uint64(31)
     return h
-
-
-def _group_median(keys: np.ndarray, vals: np.ndarray, nkeys: int) -> tuple[np.ndarray, np.ndarray]:
-    """Median of ``vals`` per key code (NaN where a key has no value) and the count per key."""
-    med = np.full(nkeys, np.nan)
-    cnt = np.bincount(keys, minlength=nkeys)
-    if len(keys) == 0:
-        return med, cnt
-    order = np.lexsort((vals, keys))
-    first = np.concatenate(([0], np.cumsum(cnt)[:-1]))
-    has = cnt > 0
-    mid = first[has] + (cnt[has] - 1) // 2
-    med[has] = vals[order][mid]
-    return med, cnt
 
 
 @dataclass(frozen=True)
@@ -107,17 +94,38 @@ def analyze_chains(t: SpanTable, *, slo_ns: int, k_noise: float = 6.0, min_exces
     """
     n = len(t)
     tkey = hex_keys(t.trace_id)
-    skey = hex_keys(t.span_id)
-    pkey = hex_keys(t.parent_id)
-    mix = np.uint64(0x9E3779B97F4A7C15)
-    own = tkey ^ (skey * mix)
-    order = np.argsort(own, kind="stable")
-    sorted_own = own[order]
-    want = tkey ^ (pkey * mix)
-    pos = np.minimum(np.searchsorted(sorted_own, want), max(n - 1, 0))
-    cand = order[pos] if n else pos
-    has_parent = (t.parent_id != b"") & (sorted_own[pos] == want) if n else np.zeros(0, bool)
-    parent = np.where(has_parent, cand, -1).astype(np.int64)
+    # group the spans by trace with one stable sort; every later per-trace step is a segment
+    # reduction over this order, and the parent join below is local to a trace
+    order = np.argsort(tkey, kind="stable")
+    tk_sorted = tkey[order]
+    new_trace = np.ones(n, dtype=bool)
+    if n > 1:
+        np.not_equal(tk_sorted[1:], tk_sorted[:-1], out=new_trace[1:])
+    del tk_sorted
+    seg = np.flatnonzero(new_trace)
+    nt = len(seg)
+    trace_sorted = np.cumsum(new_trace, dtype=np.int64) - 1
+    del new_trace
+    trace = np.empty(n, dtype=np.int64)
+    trace[order] = trace_sorted
+    tcount = np.diff(np.append(seg, n))
+    # parent join: (trace, span-id hash) packed into one word, sorted within the trace order
+    tbits = max(1, int(max(nt - 1, 1)).bit_length())
+    low = np.uint64((1 << (64 - tbits)) - 1)
+    hi = trace_sorted.astype(np.uint64) << np.uint64(64 - tbits)
+    own = hi | (hex_keys(t.span_id)[order] & low)
+    want = hi | (hex_keys(t.parent_id)[order] & low)
+    del hi
+    o2 = np.argsort(own, kind="stable")
+    own_sorted = own[o2]
+    del own
+    pos = np.minimum(np.searchsorted(own_sorted, want), max(n - 1, 0))
+    found = own_sorted[pos] == want if n else np.zeros(0, dtype=bool)
+    del own_sorted, want
+    has_parent_sorted = found & (t.parent_id[order] != b"")
+    parent = np.full(n, -1, dtype=np.int64)
+    parent[order[has_parent_sorted]] = order[o2[pos[has_parent_sorted]]]
+    del o2, pos, found, has_parent_sorted
     dur = (t.end_ns - t.start_ns).astype(np.float64)
     hp = parent >= 0
     child_sum = np.bincount(parent[hp], weights=dur[hp], minlength=n)
@@ -136,8 +144,7 @@ def analyze_chains(t: SpanTable, *, slo_ns: int, k_noise: float = 6.0, min_exces
     c2 = np.where(hop_kind == HOP_EDGE, callee, 0)
     m2 = np.where(hop_kind == HOP_CALL, t.name, 0)
     composite = ((hop_kind * ns + t.service) * ns + c2) * nm + m2
-    ukeys, hop = np.unique(composite, return_inverse=True)
-    hop = hop.astype(np.int64)
+    ukeys, hop = factorize(composite)
     subjects, kinds = [], []
     hk_kind = ukeys // (ns * ns * nm)
     hk_svc = (ukeys // (ns * nm)) % ns
@@ -153,34 +160,38 @@ def analyze_chains(t: SpanTable, *, slo_ns: int, k_noise: float = 6.0, min_exces
             subjects.append(f"{t.services[s]}/{t.names[m]}")
     nh = len(ukeys)
     # traces
-    utr, trace, tcount = np.unique(tkey, return_inverse=True, return_counts=True)
-    trace = trace.astype(np.int64)
-    nt = len(utr)
-    tstart = np.full(nt, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(tstart, trace, t.start_ns)
-    tend = np.zeros(nt, dtype=np.int64)
-    np.maximum.at(tend, trace, t.end_ns)
+    tstart = np.minimum.reduceat(t.start_ns[order], seg) if n else np.zeros(0, dtype=np.int64)
+    tend = np.maximum.reduceat(t.end_ns[order], seg) if n else np.zeros(0, dtype=np.int64)
     e2e = tend - tstart
-    first = np.zeros(nt, dtype=np.int64)
-    first[trace[::-1]] = np.arange(n - 1, -1, -1)
-    trace_hex = t.trace_id[first]
+    trace_hex = t.trace_id[order[seg]]
     healthy_span = e2e[trace] <= slo_ns
-    ref, ref_n = _group_median(hop[healthy_span], excl[healthy_span], nh)
+    ref, ref_n = group_median(hop[healthy_span], excl[healthy_span], nh)
     weak = ref_n < min_reference
     if weak.any():
-        p10 = _group_quantile(hop, excl, nh, 0.10)
+        p10, _ = group_quantile(hop, excl, nh, 0.10)
         ref[weak] = p10[weak]
     dev = np.abs(excl - ref[hop])
-    mad, _ = _group_median(hop[healthy_span], dev[healthy_span], nh)
+    mad, _ = group_median(hop[healthy_span], dev[healthy_span], nh)
     mad = np.where(np.isnan(mad), 0.0, mad) * 1.4826
     excess = excl - ref[hop]
     thresh = np.maximum(k_noise * mad, float(min_excess_ns))
-    order2 = np.lexsort((excess, trace))
-    ends = np.cumsum(tcount) - 1
-    top = order2[ends]
-    runner = np.where(tcount > 1, order2[np.maximum(ends - 1, 0)], -1)
-    top_excess = excess[top]
-    run_excess = np.where(runner >= 0, excess[np.maximum(runner, 0)], 0.0)
+    # the top and the runner-up excess per trace (ties: the later span, as a stable sort gives)
+    ex_s = excess[order]
+    ex_s[np.isnan(ex_s)] = -np.inf
+    if n:
+        tmax = np.maximum.reduceat(ex_s, seg)
+        is_max = np.flatnonzero(ex_s == tmax[trace_sorted])
+        last = np.ones(len(is_max), dtype=bool)
+        last[:-1] = trace_sorted[is_max[1:]] != trace_sorted[is_max[:-1]]
+        top_sorted = is_max[last]
+        ex_s[top_sorted] = -np.inf
+        second = np.maximum.reduceat(ex_s, seg)
+        top = order[top_sorted]
+    else:
+        tmax = second = np.zeros(0)
+        top = np.zeros(0, dtype=np.int64)
+    top_excess = tmax
+    run_excess = np.where(tcount > 1, second, 0.0)
     stands = top_excess > thresh[hop[top]]
     blame = np.where(stands, hop[top], nh).astype(np.int64)
     blame[~stands] = -1
@@ -191,25 +202,13 @@ def analyze_chains(t: SpanTable, *, slo_ns: int, k_noise: float = 6.0, min_exces
                   blame_excess_ns=np.where(stands, top_excess, 0.0), runner_up_excess_ns=run_excess)
 
 
-def _group_quantile(keys: np.ndarray, vals: np.ndarray, nkeys: int, q: float) -> np.ndarray:
-    out = np.full(nkeys, np.nan)
-    cnt = np.bincount(keys, minlength=nkeys)
-    if len(keys) == 0:
-        return out
-    order = np.lexsort((vals, keys))
-    first = np.concatenate(([0], np.cumsum(cnt)[:-1]))
-    has = cnt > 0
-    out[has] = vals[order][first[has] + ((cnt[has] - 1) * q).astype(np.int64)]
-    return out
-
-
 def hop_shares(ch: Chains) -> list[dict[str, float | int | str]]:
     """Per hop: samples, reference and p99 exclusive time, and the mean share of end-to-end latency."""
     nh = len(ch.hop_subject)
     share = ch.excl_ns / np.maximum(ch.e2e_ns[ch.trace], 1.0)
     cnt = np.bincount(ch.hop, minlength=nh)
     mean_share = np.bincount(ch.hop, weights=share, minlength=nh) / np.maximum(cnt, 1)
-    p99 = _group_quantile(ch.hop, ch.excl_ns, nh, 0.99)
+    p99, _ = group_quantile(ch.hop, ch.excl_ns, nh, 0.99)
     blamed = np.bincount(ch.blame[ch.blame >= 0], minlength=nh)
     rows: list[dict[str, float | int | str]] = []
     for h in np.argsort(-mean_share).tolist():

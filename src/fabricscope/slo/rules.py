@@ -26,6 +26,7 @@ import numpy as np
 
 from fabricscope.model.errors import ConfigError
 from fabricscope.model.records import Finding
+from fabricscope.slo._group import factorize
 from fabricscope.slo.chains import Chains
 from fabricscope.slo.otlp import STATUS_ERROR, SpanTable
 from fabricscope.slo.windows import WindowStats, request_mask, window_stats
@@ -247,8 +248,12 @@ def _errors(t: SpanTable, cfg: RuleConfig) -> list[Finding]:
     err = t.status[req] == STATUS_ERROR
     if len(svc) == 0:
         return []
-    keys, inv, cnt = np.unique(np.stack([svc, w]), axis=1, return_inverse=True, return_counts=True)
-    nerr = np.bincount(inv.ravel(), weights=err.astype(np.float64), minlength=keys.shape[1])
+    w0 = int(w.min())
+    span = int(w.max()) - w0 + 1
+    ukey, inv = factorize(svc * span + (w - w0))
+    keys = np.stack([ukey // span, ukey % span + w0])
+    cnt = np.bincount(inv, minlength=len(ukey))
+    nerr = np.bincount(inv, weights=err.astype(np.float64), minlength=len(ukey))
     out = []
     for j in np.flatnonzero((nerr > 0) & (nerr / cnt > cfg.error_max_rate)).tolist():
         s, wi = int(keys[0, j]), int(keys[1, j])

@@ -5,7 +5,7 @@ latency a caller of that service sees, minus the network. Windows are ``window_n
 every ``step_ns`` (``window_ns`` a multiple of ``step_ns``; equal: tumbling windows) aligned on
 multiples of ``step_ns`` since the Unix epoch; a request belongs to every window covering its start.
 Quantiles are exact per window (nearest-rank: the ceil(q*n)-th smallest, Hyndman & Fan 1996
-definition 1), computed by one sort of (group, latency), not a sketch. Token latency for streaming
+definition 1), computed by one sort of (group, latency) (``slo._group``), not a sketch. Token latency for streaming
 inference is the time per output token after the first, ``(duration - ttft) / output_tokens``
 (OpenTelemetry GenAI semantic conventions: ``gen_ai.usage.output_tokens``,
 ``gen_ai.server.time_to_first_token``, ``gen_ai.server.time_per_output_token``).
@@ -13,12 +13,13 @@ inference is the time per output token after the first, ``(duration - ttft) / ou
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from fabricscope.model.errors import ConfigError
+from fabricscope.slo._group import factorize, group_median, group_order_stats
 from fabricscope.slo.otlp import STATUS_ERROR, SpanTable
 
 __all__ = ["WindowStats", "request_mask", "window_stats"]
@@ -68,9 +69,9 @@ def request_mask(t: SpanTable) -> np.ndarray:
     return np.asarray((t.kind == 2) | (t.kind == 5) | (t.parent_id == b""))
 
 
-def _nearest_rank(sorted_vals: np.ndarray, first: np.ndarray, cnt: np.ndarray, q: float) -> np.ndarray:
-    k = np.maximum(np.ceil(q * cnt).astype(np.int64) - 1, 0)
-    return np.asarray(sorted_vals[first + k])
+def _nearest_rank(q: float) -> Callable[[np.ndarray], np.ndarray]:
+    """The 0-based nearest rank ``ceil(q n) - 1`` (Hyndman & Fan definition 1) as a function of n."""
+    return lambda c: np.ceil(q * c).astype(np.int64) - 1
 
 
 def window_stats(t: SpanTable, *, window_ns: int, step_ns: int | None = None, slo_ms: float = 25.0,
@@ -84,7 +85,8 @@ def window_stats(t: SpanTable, *, window_ns: int, step_ns: int | None = None, sl
         raise ConfigError(f"slo windows: window {window_ns} ns must be a positive multiple of step {step} ns")
     m = request_mask(t)
     svc, name = t.service[m].astype(np.int64), t.name[m].astype(np.int64)
-    dur = (t.end_ns[m] - t.start_ns[m]).astype(np.float64) / 1e6
+    dur_ns = t.end_ns[m] - t.start_ns[m]
+    dur = dur_ns.astype(np.float64) / 1e6
     err = t.status[m] == STATUS_ERROR
     tok, ttft = t.out_tokens[m], t.ttft_ns[m]
     slo_by_svc = np.array([float((service_slo_ms or {}).get(s, slo_ms)) for s in t.services] or [slo_ms])
@@ -100,32 +102,22 @@ def window_stats(t: SpanTable, *, window_ns: int, step_ns: int | None = None, sl
     sm = svc[idx] * nm + name[idx]
     wmin = int(widx.min()) if len(widx) else 0
     group = sm * (int(widx.max()) - wmin + 1 if len(widx) else 1) + (widx - wmin)
-    ug, gi = np.unique(group, return_inverse=True)
-    cnt = np.bincount(gi)
-    order = np.lexsort((dur[idx], gi))
-    sd = dur[idx][order]
-    first = np.concatenate(([0], np.cumsum(cnt)[:-1])).astype(np.int64)
+    ug, gi = factorize(group)
+    quant, cnt = group_order_stats(gi, dur[idx] if k > 1 else dur, len(ug),
+                                   [_nearest_rank(0.5), _nearest_rank(0.99), _nearest_rank(0.999)])
     span = int(widx.max()) - wmin + 1 if len(widx) else 1
     g_sm, g_w = ug // span, ug % span + wmin
     errs = np.bincount(gi, weights=err[idx].astype(np.float64))
     ok = np.bincount(gi, weights=within[idx].astype(np.float64))
 
-    def group_median(v: np.ndarray) -> np.ndarray:
+    def fin_median(v: np.ndarray) -> np.ndarray:
         vv = v[idx]
         fin = np.isfinite(vv)
-        outv = np.full(len(ug), np.nan)
-        if fin.any():
-            c = np.bincount(gi[fin], minlength=len(ug))
-            o = np.lexsort((vv[fin], gi[fin]))
-            f = np.concatenate(([0], np.cumsum(c)[:-1]))
-            h = c > 0
-            outv[h] = vv[fin][o][f[h] + (c[h] - 1) // 2]
-        return outv
+        return group_median(gi[fin], vv[fin], len(ug))[0]
 
     return WindowStats(
         service=tuple(t.services[s] for s in (g_sm // nm).tolist()), method=tuple(t.names[x] for x in (g_sm % nm).tolist()),
         window_start_ns=g_w * step, window_ns=window_ns, requests=cnt,
-        rate_per_s=cnt / (window_ns / 1e9), p50_ms=_nearest_rank(sd, first, cnt, 0.5),
-        p99_ms=_nearest_rank(sd, first, cnt, 0.99), p999_ms=_nearest_rank(sd, first, cnt, 0.999),
-        error_rate=errs / cnt, errors=errs.astype(np.int64), attainment=ok / cnt, token_ms=group_median(per_tok),
-        ttft_ms=group_median(ttft_ms))
+        rate_per_s=cnt / (window_ns / 1e9), p50_ms=quant[0], p99_ms=quant[1], p999_ms=quant[2],
+        error_rate=errs / cnt, errors=errs.astype(np.int64), attainment=ok / cnt, token_ms=fin_median(per_tok),
+        ttft_ms=fin_median(ttft_ms))
