@@ -206,6 +206,11 @@ SINK_TYPES: Mapping[str, frozenset[str]] = {
                              "finding-ttl"}),
     "jsonl": frozenset({"path"}),
     "memory": frozenset(),
+    "remote_write": frozenset({"url", "prefix", "max-queue-samples", "max-queue-bytes", "max-samples-per-send",
+                               "batch-wait-s", "timeout-s", "min-backoff-s", "max-backoff-s", "close-deadline-s",
+                               "bearer-token", "bearer-token-env", "bearer-token-file", "username", "password",
+                               "password-env", "password-file", "ca-file", "cert-file", "key-file",
+                               "insecure-skip-verify", "findings", "max-tracked-series", "headers"}),
 }
 # processors whose output under the same name is no longer a counter (Prometheus TYPE gauge)
 _GAUGE_MAKERS = ("rate", "delta", "downsample")

@@ -178,9 +178,13 @@ def build_sink(stype: str, options: Mapping[str, Any], *,
 
     ``self_metrics`` goes to the Prometheus sink (other sinks ignore it).
     """
+    if stype == "remote_write":
+        from fabricscope.telemetry.remote_write import build_remote_write_sink
+
+        return build_remote_write_sink(options)
     cls = SINKS.get(stype)
     if cls is None:
-        raise ConfigError(f"sinks: unknown sink {stype!r}; choose from {sorted(SINKS)}")
+        raise ConfigError(f"sinks: unknown sink {stype!r}; choose from {sorted([*SINKS, 'remote_write'])}")
     opts = {k.replace("-", "_"): v for k, v in options.items()}
     if stype == "prometheus" and self_metrics is not None:
         opts["self_metrics"] = self_metrics
