@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ Examples:
   fabricscope slo generate slow.jsonl --traces 1000 --slow-hop any --slow-fraction 1.0 --seed 7
 """
 
-_SERVE_HELP = """Receive OTLP spans (gRPC TraceService/Export and HTTP POST /v1/traces, protobuf or JSON), run the rules every --interval over the last --horizon of spans, probe --health endpoints (grpc.health.v1), print findings as they appear. Loopback by default; --token-file / --user with --password-file for credentials, --tls-cert/--tls-key for TLS. Refuses over --max-spans buffered (RESOURCE_EXHAUSTED / HTTP 429). Ctrl-C or SIGTERM stops it, flushing to --out.
+_SERVE_HELP = """Receive OTLP spans (gRPC TraceService/Export and HTTP POST /v1/traces, protobuf or JSON), run the rules every --interval over the last --horizon of span time (back from the newest span received, not from the wall clock), probe --health endpoints (grpc.health.v1), print findings as they appear. Loopback by default; --token-file / --user with --password-file for credentials, --tls-cert/--tls-key for TLS. Refuses over --max-spans buffered (RESOURCE_EXHAUSTED / HTTP 429) and spans the rules cannot read (INVALID_ARGUMENT / HTTP 400). Ctrl-C or SIGTERM stops it, flushing to --out.
 
 Examples:
 
@@ -94,8 +95,6 @@ def register(app: typer.Typer) -> None:
                 as_json: bool = typer.Option(False, "--json", help="Print JSON."),
                 db: Path | None = typer.Option(None, "--db", help="Add the findings to this DiagnosisStore."),
                 ) -> None:
-        from dataclasses import replace
-
         from fabricscope.model.errors import TraceFormatError
         from fabricscope.slo.accesslog import AccessLogFormat, read_access_log
         from fabricscope.slo.otlp import concat_tables, read_spans
@@ -165,8 +164,10 @@ def register(app: typer.Typer) -> None:
               health: list[str] = typer.Option(None, "--health", help="host:port to probe."),
               out: Path | None = typer.Option(None, "--out", help="Append received spans here (JSON lines)."),
               interval: str = typer.Option("10s", "--interval", help="Rule and probe interval."),
-              horizon: str = typer.Option("10m", "--horizon", help="Spans the rules look at."),
-              max_spans: int = typer.Option(200_000, "--max-spans", help="Buffered-span cap."),
+              horizon: str = typer.Option("10m", "--horizon", help="Span time the rules look at, back from the "
+                                          "newest span received."),
+              max_spans: int = typer.Option(200_000, "--max-spans", help="Buffered-span cap (also the cap on "
+                                            "spans kept for the rules)."),
               token_file: Path | None = typer.Option(None, "--token-file", help="File holding a bearer token."),
               user: str | None = typer.Option(None, "--user", help="Basic-auth user name."),
               password_file: Path | None = typer.Option(None, "--password-file", help="File holding the password."),
@@ -175,43 +176,67 @@ def register(app: typer.Typer) -> None:
               slo_ms: float = typer.Option(25.0, "--slo-ms", help="Per-request SLO (ms)."),
               duration: float = typer.Option(0.0, "--duration", help="Stop after this many seconds (0: run)."),
               ) -> None:
+        import logging
         from collections import deque
 
+        from fabricscope.model.errors import FabricscopeError
         from fabricscope.service.otlp_receiver import JsonlSink, OtlpReceiver, ReceiverAuth
         from fabricscope.slo.health import probe_all
-        from fabricscope.slo.otlp import spans_from_batches
+        from fabricscope.slo.otlp import SpanTable, concat_tables, spans_from_batches
         from fabricscope.slo.rules import load_rules
         from fabricscope.telemetry.target import TLSFiles
 
-        rules = load_rules(rules_file)
+        rules = replace(load_rules(rules_file), slo_ms=slo_ms) if rules_file is None else load_rules(rules_file)
         iv_s = _dur_ns(interval, "--interval") / 1e9
         horizon_ns = _dur_ns(horizon, "--horizon")
+        if max_spans <= 0:
+            raise ConfigError(f"slo serve: --max-spans {max_spans} must be > 0")
+        grpc_addr, http_addr = _listen(grpc_addr, "--grpc"), _listen(http_addr, "--http")
+        if grpc_addr is None and http_addr is None:
+            raise ConfigError("slo serve: --grpc and --http are both off; nothing would receive spans")
+        if (user is None) != (password_file is None):
+            raise ConfigError("slo serve: --user and --password-file go together")
         auth = None
         if token_file or user:
-            auth = ReceiverAuth(token=token_file.read_text().strip() if token_file else None, username=user,
-                                password=password_file.read_text().strip() if password_file else None)
+            auth = ReceiverAuth(token=_secret(token_file, "--token-file") if token_file else None, username=user,
+                                password=_secret(password_file, "--password-file") if password_file else None)
         tls = None
         if tls_cert or tls_key:
             if not (tls_cert and tls_key):
                 raise ConfigError("slo serve: --tls-cert and --tls-key go together")
             tls = TLSFiles(cert_pem=tls_cert.read_bytes(), key_pem=tls_key.read_bytes())
-        recent: deque[tuple[int, dict[str, Any]]] = deque()
+            tls.check(f"slo serve: --tls-cert {tls_cert} / --tls-key {tls_key}")
+        # failed logins, refused batches and sink errors are logged by the receiver: one line each on stderr
+        logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        # The rules' windows are in span time, so the horizon is too: the rules see the traces that end
+        # within --horizon of the newest span end received (not of the wall clock, which would keep a
+        # replay of hours of old spans whole, or drop the spans of a sender whose clock is off).
+        # Tables are decoded once on arrival; a whole table past the horizon is dropped, and the kept
+        # spans are capped at --max-spans (oldest first), so memory is bounded either way.
+        recent: deque[tuple[int, SpanTable]] = deque()
+        kept = {"spans": 0, "newest_ns": 0, "dropped": 0, "outside": 0}
         lock = threading.Lock()
         file_sink = JsonlSink(out) if out else None
 
         def sink(batches: list[dict[str, Any]]) -> None:
             if file_sink is not None:
                 file_sink(batches)
-            now = time.time_ns()
+            table = spans_from_batches(batches, source="receiver")
+            if len(table) == 0:
+                return
+            end = int(table.end_ns.max())
             with lock:
-                recent.extend((now, b) for b in batches)
-                while recent and recent[0][0] < now - horizon_ns:
-                    recent.popleft()
+                recent.append((end, table))
+                kept["spans"] += len(table)
+                kept["newest_ns"] = max(kept["newest_ns"], end)
+                while recent and (recent[0][0] < kept["newest_ns"] - horizon_ns or kept["spans"] > max_spans):
+                    n = len(recent.popleft()[1])
+                    kept["spans"] -= n
+                    kept["dropped"] += n
 
-        rx = OtlpReceiver(sink, grpc_address=grpc_addr or None, http_address=http_addr or None,
-                          max_buffered_spans=max_spans, auth=auth, tls=tls)
-        rx.start()
-        typer.echo(f"OTLP receiver: gRPC port {rx.grpc_port or '-'}, HTTP port {rx.http_port or '-'}", err=True)
+        rx = OtlpReceiver(sink, grpc_address=grpc_addr, http_address=http_addr,
+                          max_buffered_spans=max_spans, auth=auth, tls=tls, validate=_validate_spans)
         stop = threading.Event()
         code = {"rc": 0}
 
@@ -219,38 +244,97 @@ def register(app: typer.Typer) -> None:
             code["rc"] = 130 if signum == signal.SIGINT else 143
             stop.set()
 
-        if threading.current_thread() is threading.main_thread():
+        if threading.current_thread() is threading.main_thread():  # before the ports are announced
             signal.signal(signal.SIGINT, on_signal)
             signal.signal(signal.SIGTERM, on_signal)
-        seen: set[tuple[str, str, int]] = set()
+        rx.start()  # its security warnings (no auth / no TLS off loopback) go to the log on stderr
+        typer.echo(f"OTLP receiver: gRPC port {rx.grpc_port or '-'}, HTTP port {rx.http_port or '-'}", err=True)
+        seen: dict[tuple[str, str, int], int] = {}
         live: dict[str, str] = {}
         t_end = time.monotonic() + duration if duration > 0 else float("inf")
-        while not stop.is_set() and time.monotonic() < t_end:
-            stop.wait(min(iv_s, max(0.0, t_end - time.monotonic())))
-            rx.flush()
-            for p in probe_all(list(health or ()), timeout_s=min(1.0, iv_s)):
-                if live.get(p.endpoint) != p.status:
-                    live[p.endpoint] = p.status
-                    typer.echo(f"health {p.endpoint}: {p.status}{f' ({p.error})' if p.error else ''}")
-            with lock:
-                batches = [b for _, b in recent]
-            if not batches:
-                continue
-            table = spans_from_batches(batches, source="receiver")
-            if len(table) == 0:
-                continue
-            res = _analyze(table, slo_ms=slo_ms, rules=rules, window_ns=int(rules.window_s * 1e9),
-                           step_ns=int(rules.window_s * 1e9))
-            for f in res["findings"]:
-                key = (f.kind, f.subject, f.window[0])
-                if key not in seen:
-                    seen.add(key)
-                    typer.echo(f"[{f.kind}] {f.subject}: {f.action}; " + "; ".join(f.evidence[:2]))
-        st = rx.stop(deadline_s=5.0)
-        typer.echo(f"stopped: {st.spans_accepted} spans accepted, {st.spans_refused} refused, "
-                   f"{st.spans_flushed} flushed, {st.auth_failures} failed logins", err=True)
+        try:
+            while not stop.is_set() and time.monotonic() < t_end:
+                stop.wait(min(iv_s, max(0.0, t_end - time.monotonic())))
+                if stop.is_set():
+                    break
+                try:
+                    rx.flush()
+                except FabricscopeError as exc:  # a batch the validator let through but the sink refused
+                    typer.echo(f"warning: slo serve: dropped a batch: {exc}", err=True)
+                for p in probe_all(list(health or ()), timeout_s=min(1.0, iv_s)):
+                    if live.get(p.endpoint) != p.status:
+                        live[p.endpoint] = p.status
+                        typer.echo(f"health {p.endpoint}: {p.status}{f' ({p.error})' if p.error else ''}")
+                with lock:
+                    tables = [tb for _, tb in recent]
+                    newest = kept["newest_ns"]
+                if not tables:
+                    continue
+                table, outside = _within(concat_tables(tables), newest - horizon_ns)
+                kept["outside"] = outside
+                if len(table) == 0:
+                    continue
+                res = _analyze(table, slo_ms=slo_ms, rules=rules, window_ns=int(rules.window_s * 1e9),
+                               step_ns=int(rules.window_s * 1e9))
+                for f in res["findings"]:
+                    key = (f.kind, f.subject, f.window[0])
+                    if key not in seen:
+                        seen[key] = f.window[1]
+                        typer.echo(f"[{f.kind}] {f.subject}: {f.action}; " + "; ".join(f.evidence[:2]))
+                        sys.stdout.flush()
+                for k in [k for k, w1 in seen.items() if w1 < newest - 2 * horizon_ns]:
+                    del seen[k]  # bounded: a finding that left the horizon cannot be reported again
+        finally:
+            st = rx.stop(deadline_s=5.0)
+            typer.echo(f"stopped: {st.spans_accepted} spans accepted, {st.spans_refused} refused, "
+                       f"{st.spans_flushed} flushed, {st.bad_requests} bad requests, {st.auth_failures} failed "
+                       f"logins; {kept['dropped'] + kept['outside']} spans left out of the rules (older than the horizon)",
+                       err=True)
         if code["rc"]:
             sys.exit(code["rc"])
+
+
+def _within(table: Any, cutoff_ns: int) -> tuple[Any, int]:
+    """The spans of the traces that end at or after ``cutoff_ns`` (whole traces, so no hop loses its
+    children at the edge), and how many spans were left out."""
+    import numpy as np
+
+    if len(table) == 0:
+        return table, 0
+    _, inv = np.unique(table.trace_id, return_inverse=True)
+    t_end = np.full(int(inv.max()) + 1, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(t_end, inv, table.end_ns)
+    keep = t_end[inv] >= cutoff_ns
+    if keep.all():
+        return table, 0
+    cols = ("trace_id", "span_id", "parent_id", "service", "name", "kind", "start_ns", "end_ns", "status",
+            "endpoint", "out_tokens", "ttft_ns")
+    return replace(table, **{c: getattr(table, c)[keep] for c in cols}), int((~keep).sum())
+
+
+def _listen(addr: str | None, flag: str) -> str | None:
+    """A ``host:port`` listen address checked (gRPC would silently bind port 99999 as 34463); ``""``: off."""
+    if not addr:
+        return None
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"slo serve: {flag} {addr!r} is not host:port with a port in 0..65535 ('' turns it off)")
+    return addr
+
+
+def _secret(path: Path, flag: str) -> str:
+    """A credentials file's content, stripped; an empty file is a ConfigError naming the flag."""
+    text = path.read_text(encoding="utf-8").strip()
+    if not text:
+        raise ConfigError(f"slo serve: {flag} {path}: the file is empty")
+    return text
+
+
+def _validate_spans(doc: dict[str, Any]) -> None:
+    """Decode one export request the way the rules will (raises TraceFormatError naming the bad span)."""
+    from fabricscope.slo.otlp import spans_from_batches
+
+    spans_from_batches([doc], source="request")
 
 
 def _nonan(x: Any) -> Any:

@@ -9,12 +9,17 @@ OTLP JSON dicts (hex ids) at this edge, handed in batches to a sink (a callback 
 file in the Collector's file-exporter layout). Listens on 127.0.0.1 unless told otherwise; TLS, a
 bearer token or basic credentials; failed logins are logged (user and peer, never the secret) and
 throttled per host (``LoginThrottle``); ``stop(deadline_s)`` stops accepting and flushes.
+
+A ``validate`` hook decodes each request before it is accepted, so a span the analysis cannot read
+(end before start, a bad id) is the client's error (``INVALID_ARGUMENT`` / ``400``, as the OTLP spec
+answers a request it cannot process) instead of a failure in the sink after the client was told OK.
+TLS handshakes on the HTTP port run in the connection's own thread with ``io_timeout_s``, so a client
+that connects and says nothing holds only its own connection, never the accept loop.
 """
 
 from __future__ import annotations
 
 import base64
-import gzip
 import hmac
 import json
 import logging
@@ -22,6 +27,7 @@ import ssl
 import tempfile
 import threading
 import time
+import zlib
 from collections.abc import Callable, Mapping
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -33,7 +39,7 @@ import grpc
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from fabricscope.model.errors import ConfigError, TransportError
+from fabricscope.model.errors import ConfigError, FabricscopeError, TransportError
 from fabricscope.telemetry.auth import LoginThrottle
 from fabricscope.telemetry.target import TLSFiles, is_loopback, peer_host
 
@@ -41,6 +47,7 @@ __all__ = ["JsonlSink", "OtlpReceiver", "ReceiverAuth", "ReceiverStats", "reques
 
 log = logging.getLogger(__name__)
 Sink = Callable[[list[dict[str, Any]]], None]
+Validator = Callable[[dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -131,7 +138,8 @@ class OtlpReceiver:
     def __init__(self, sink: Sink, *, grpc_address: str | None = "127.0.0.1:4317",
                  http_address: str | None = "127.0.0.1:4318", max_buffered_spans: int = 200_000,
                  max_body_bytes: int = 16 << 20, auth: ReceiverAuth | None = None, tls: TLSFiles | None = None,
-                 throttle: LoginThrottle | None = None, flush_interval_s: float = 1.0, workers: int = 4) -> None:
+                 throttle: LoginThrottle | None = None, flush_interval_s: float = 1.0, workers: int = 4,
+                 validate: Validator | None = None, io_timeout_s: float = 30.0) -> None:
         if max_buffered_spans <= 0:
             raise ConfigError(f"otlp receiver: max_buffered_spans {max_buffered_spans} must be > 0")
         self.sink, self.grpc_address, self.http_address = sink, grpc_address, http_address
@@ -139,6 +147,7 @@ class OtlpReceiver:
         self.auth, self.tls = auth, tls
         self.throttle = throttle if throttle is not None else LoginThrottle()  # an empty one is falsy
         self.flush_interval_s, self.workers = flush_interval_s, workers
+        self.validate, self.io_timeout_s = validate, io_timeout_s
         self.stats = ReceiverStats()
         self.grpc_port = 0
         self.http_port = 0
@@ -174,6 +183,18 @@ class OtlpReceiver:
         else:
             log.warning("OTLP login failed for user %r from %s", user, peer)
         return False, "authentication failed"
+
+    def check(self, doc: dict[str, Any]) -> str:
+        """``""`` when the ``validate`` hook accepts the request, else the reason (counted as a bad request)."""
+        if self.validate is None:
+            return ""
+        try:
+            self.validate(doc)
+        except FabricscopeError as exc:
+            with self._lock:
+                self.stats.bad_requests += 1
+            return str(exc)[:300]
+        return ""
 
     def offer(self, doc: dict[str, Any]) -> bool:
         """Buffer one export request; False (refused whole) when it would pass the span cap."""
@@ -264,7 +285,8 @@ class OtlpReceiver:
             if self.tls.client_ca_pem is not None:
                 ctx.load_verify_locations(cadata=self.tls.client_ca_pem.decode())
                 ctx.verify_mode = ssl.CERT_REQUIRED
-            httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+            # no handshake in accept(): it would run in the serve_forever thread, unbounded
+            httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
         self.http_port = int(httpd.server_address[1])
         t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="otlp-http",
                              daemon=True)
@@ -305,10 +327,23 @@ class _Servicer(trace_service_pb2_grpc.TraceServiceServicer):
         ok, why = self.rx.authorize(md.get("authorization", ""), peer_host(context.peer() or ""))
         if not ok:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, why)
-        if not self.rx.offer(request_to_json(request)):
+        doc = request_to_json(request)
+        bad = self.rx.check(doc)
+        if bad:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"cannot process the request: {bad}")
+        if not self.rx.offer(doc):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"span buffer full ({self.rx.max_buffered_spans} spans); retry later")
         return trace_service_pb2.ExportTraceServiceResponse()
+
+
+def _gunzip(body: bytes, limit: int) -> bytes:
+    """Decompress a gzip body, refusing one that inflates past ``limit`` bytes (a gzip bomb)."""
+    d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    out = d.decompress(body, limit + 1)
+    if len(out) > limit or d.unconsumed_tail:
+        raise ValueError(f"gzip body inflates past {limit} bytes")
+    return out
 
 
 class _HttpHandler(BaseHTTPRequestHandler):
@@ -317,6 +352,25 @@ class _HttpHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("OTLP HTTP %s", format % args)
+
+    def setup(self) -> None:
+        self.request.settimeout(self.rx.io_timeout_s)  # a silent or slow client times out, alone
+        self.tls_failed = False
+        if isinstance(self.request, ssl.SSLSocket):
+            try:
+                self.request.do_handshake()
+            except (OSError, ssl.SSLError) as exc:  # plaintext, wrong CA, silence: that client's problem
+                log.debug("OTLP HTTP: TLS handshake with %s failed: %s", self.client_address[0], exc)
+                self.tls_failed = True
+        super().setup()
+
+    def handle(self) -> None:
+        if not self.tls_failed:
+            try:
+                super().handle()
+            except (TimeoutError, ConnectionError, ssl.SSLError) as exc:
+                log.debug("OTLP HTTP: connection from %s dropped: %s", self.client_address[0], exc)
+                self.close_connection = True
 
     def _reply(self, code: int, body: bytes, ctype: str, extra: Mapping[str, str] | None = None) -> None:
         self.send_response(code)
@@ -334,7 +388,14 @@ class _HttpHandler(BaseHTTPRequestHandler):
         if self.path.split("?")[0] != "/v1/traces":
             self._error(404, "only POST /v1/traces is served")
             return
-        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0:
+            self._error(400, "Content-Length is not a non-negative integer")
+            self.close_connection = True
+            return
         if length > self.rx.max_body_bytes:
             self._error(413, f"body over {self.rx.max_body_bytes} bytes")
             self.close_connection = True
@@ -347,7 +408,7 @@ class _HttpHandler(BaseHTTPRequestHandler):
         ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         try:
             if (self.headers.get("Content-Encoding") or "").lower() == "gzip":
-                body = gzip.decompress(body)
+                body = _gunzip(body, self.rx.max_body_bytes)
             if ctype == "application/x-protobuf":
                 req = trace_service_pb2.ExportTraceServiceRequest()
                 req.ParseFromString(body)
@@ -363,6 +424,10 @@ class _HttpHandler(BaseHTTPRequestHandler):
             with self.rx._lock:
                 self.rx.stats.bad_requests += 1
             self._error(400, f"cannot decode the body: {type(exc).__name__}")
+            return
+        bad = self.rx.check(doc)
+        if bad:
+            self._error(400, f"cannot process the request: {bad}")
             return
         if not self.rx.offer(doc):
             self._error(429, f"span buffer full ({self.rx.max_buffered_spans} spans)", {"Retry-After": "1"})
