@@ -163,6 +163,7 @@ def examples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copy(DATA / "a3mega_allreduce_2node.txt", ex / "allreduce_2node.txt")
     shutil.copy(DATA / "ncclebpf_socket-thread-validation.md.txt", ex / "socket_runs.md")
     shutil.copy(ROOT / "examples" / "collective" / "print_run.py", ex / "print_run.py")
+    shutil.copytree(ROOT / "tests" / "data" / "roce" / "broken", tmp_path / "tests" / "data" / "roce" / "broken")
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -179,7 +180,7 @@ def test_every_help_example_runs(examples: Path) -> None:
         res = CliRunner().invoke(_app(), [*args, "--help"])
         assert res.exit_code == 0 and "Examples" in res.output, res.output
     cmds = [c for t in (cli._GROUP_HELP, cli._ANALYZE_HELP, cli._WATCH_HELP) for c in _help_examples(t)]
-    assert len(cmds) == 7
+    assert len(cmds) == 8
     for argv in cmds:
         argv = [sys.executable if a == "python3" else a for a in argv]
         res = CliRunner().invoke(_app(), argv)
@@ -191,6 +192,12 @@ def test_every_help_example_runs(examples: Path) -> None:
     store = DiagnosisStore(examples / "diag.duckdb")
     try:
         assert {o.finding.kind for o in store.findings()} == {"collective-regression"}
+    finally:
+        store.close()
+    store = DiagnosisStore(examples / "diag-links.duckdb")
+    try:  # the example with saved link-check outputs: the regression and the broken ports
+        kinds = {o.finding.kind for o in store.findings()}
+        assert "collective-regression" in kinds and "roce-port-down" in kinds
     finally:
         store.close()
 

@@ -162,3 +162,36 @@ def test_watch_bad_options(tmp_path: Path) -> None:
                  ["--warmup", "2", "--", "true"]):
         res = CliRunner().invoke(_app(), ["collective", "watch", "--store", str(tmp_path / "w.duckdb"), *argv])
         assert isinstance(res.exception, ConfigError), (argv, res.output)
+
+
+def test_watch_runs_the_link_checks_on_an_anomaly(tmp_path: Path) -> None:
+    """On the degraded runs the RoCE checks of saved outputs (a port down, MTU 1024) become
+    evidence of the regression finding and findings of their own; none before the anomaly."""
+    from fabricscope.store.findings import DiagnosisStore
+
+    roce = ROOT / "tests" / "data" / "roce" / "broken"
+    cmd = [sys.executable, str(ROOT / "examples" / "collective" / "print_run.py"),
+           str(DATA / "ncclebpf_socket-thread-validation.md.txt"), str(tmp_path / "state"), "0", "1", "2", "3", "4"]
+    for link_checks in ("--link-checks", "--no-link-checks"):
+        db = tmp_path / f"diag{link_checks}.duckdb"
+        (tmp_path / "state").unlink(missing_ok=True)
+        res = CliRunner().invoke(_app(), [
+            "collective", "watch", "--every", "0s", "--count", "5", "--warmup", "3", "--subject", "job/llama",
+            "--store", str(tmp_path / f"w{link_checks}.duckdb"), "--db", str(db), link_checks,
+            "--roce-from", str(roce), "--", *cmd])
+        assert res.exit_code == 0, (res.output, res.exception)
+        store = DiagnosisStore(db)
+        try:
+            obs = list(store.findings())
+        finally:
+            store.close()
+        reg = [o.finding for o in obs if o.finding.kind == "collective-regression"]
+        host = [o.finding for o in obs if o.source == "host"]
+        assert reg and all(f.subject == "job/llama" for f in reg)
+        if link_checks == "--link-checks":
+            assert "link checks" in res.output and "fail mlx5_12 port-state" in res.output
+            assert all(any(e.startswith("link checks (") for e in f.evidence) for f in reg)
+            assert {"roce-port-down", "roce-mtu"} <= {f.kind for f in host}
+        else:
+            assert "link checks" not in res.output and not host
+            assert not any("link checks" in e for f in reg for e in f.evidence)

@@ -31,13 +31,15 @@ Examples:
   fabricscope collective analyze examples/collective/allreduce_2node.txt --baseline examples/collective/allreduce_2node.txt
 """
 
-_WATCH_HELP = """Run a benchmark command every --every, record avg busbw, avg time, max latency and latency std per run (DuckDB --store), detect changes (robust median/MAD baseline, two-sided CUSUM), and on an anomaly print it, add a collective-regression finding to --db and run --on-anomaly.
+_WATCH_HELP = """Run a benchmark command every --every, record avg busbw, avg time, max latency and latency std per run (DuckDB --store), detect changes (robust median/MAD baseline, two-sided CUSUM), and on an anomaly print it, run the RoCE link checks (those of 'roce check': on this host, or on saved outputs with --roce-from; --no-link-checks skips them), add a collective-regression finding naming --subject with the link-check verdicts as evidence (and each failed link check as its own finding) to --db, and run --on-anomaly.
 
 Everything after -- is the benchmark command (in production e.g. mpirun -np 16 all_reduce_perf -b 8 -e 8G -f 2); its stdout is read as nccl-tests output. The example below replays five real runs, the last two with a slower socket configuration.
 
 Examples:
 
   fabricscope collective watch --every 1s --count 5 --warmup 3 --db diag.duckdb -- python3 examples/collective/print_run.py examples/collective/socket_runs.md state.txt 0 1 2 3 4
+
+  fabricscope collective watch --every 0s --count 5 --warmup 3 --subject job/llama-70b --roce-from tests/data/roce/broken --db diag-links.duckdb -- python3 examples/collective/print_run.py examples/collective/socket_runs.md state2.txt 0 1 2 3 4
 """
 
 
@@ -249,9 +251,15 @@ def register(app: typer.Typer) -> None:
         warmup: int = typer.Option(10, "--warmup", help="Runs that form the baseline before changes are tested."),
         timeout_s: float = typer.Option(3600.0, "--timeout", help="Seconds one benchmark run may take."),
         collective: str | None = typer.Option(None, "--collective", help="The collective, when the output does not name it."),
+        subject: str | None = typer.Option(None, "--subject", help="What a finding names (a job, a host list, an inventory id; default: the command)."),
+        link_checks: bool = typer.Option(True, "--link-checks/--no-link-checks", help="On an anomaly, run the RoCE link checks (as 'fabricscope roce check') and add their verdicts to the finding."),
+        roce_from: Path | None = typer.Option(None, "--roce-from", help="Folder of saved tool outputs for the link checks (as 'roce check --from'), e.g. gathered from the job's hosts; default: this host, live."),
+        roce_root: Path = typer.Option(Path("/"), "--roce-root", help="Root holding sys/ for live link checks (a fixture tree for tests)."),
     ) -> None:
         from fabricscope.model.errors import ConfigError
 
+        if roce_from is not None and not roce_from.is_dir():
+            raise ConfigError(f"--roce-from: {roce_from}: not a folder")
         cmd = list(ctx.args)
         if not cmd:
             raise ConfigError("watch: no benchmark command (give it after --)")
@@ -262,7 +270,8 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"--warmup: {warmup}: expected at least 3")
         _watch_loop(cmd, period=period, count=count, store_path=store, db=db,
                     on_anomaly=on_anomaly, warmup=warmup, timeout_s=timeout_s,
-                    collective=collective)
+                    collective=collective, subject=subject,
+                    link_checks=(roce_from, roce_root) if link_checks else None)
 
 
 def _print_analysis(a: Any) -> None:
@@ -289,9 +298,28 @@ def _print_analysis(a: Any) -> None:
             print(f"    {ev}")
 
 
+def _link_checks(roce_from: Path | None, root: Path, *, timeout_s: float, at_ns: int) -> tuple[list[str], list[Any]]:
+    """The RoCE link checks of ``roce check`` (default expectations) as evidence lines and findings."""
+    from fabricscope.roce.checks import Expectations, check_roce, findings, summarize
+    from fabricscope.roce.runner import collect_live, collect_saved
+
+    ev = collect_saved(roce_from) if roce_from is not None else collect_live(root=root, timeout_s=timeout_s)
+    results = check_roce(ev, expect=Expectations())
+    where = str(roce_from) if roce_from is not None else "this host"
+    if not results or all(r.status == "skip" for r in results):
+        why = "; ".join(w for _, w in ev.skips[:3]) or "no RDMA device or tool output"
+        return [f"link checks ({where}): nothing could be checked ({why})"], []
+    summ = summarize(results)
+    bad = [r for r in results if r.status in ("fail", "warn")]
+    lines = [f"link checks ({where}): " + ", ".join(f"{v} {k}" for k, v in summ.items() if v)]
+    lines += [f"  {r.status} {r.subject} {r.name}: expected {r.expected}, seen {r.seen}" for r in bad[:6]]
+    return lines, findings(results, at_ns=at_ns)
+
+
 def _watch_loop(cmd: list[str], *, period: float, count: int | None, store_path: Path,
                 db: Path | None, on_anomaly: str | None, warmup: int, timeout_s: float,
-                collective: str | None) -> None:
+                collective: str | None, subject: str | None = None,
+                link_checks: tuple[Path | None, Path] | None = None) -> None:
     from fabricscope.collective.analysis import summarize_run
     from fabricscope.collective.nccl_tests import parse_nccl_tests
     from fabricscope.collective.watch import Change, detect_changes
@@ -366,8 +394,14 @@ def _watch_loop(cmd: list[str], *, period: float, count: int | None, store_path:
                 rel = [abs(c.relative) for _, c, _, _ in anomalies if c is not None]
                 # the window is the interval since the previous run: one finding per
                 # anomalous run (the store keys a finding by kind, subject and window start)
+                host_findings: list[Finding] = []
+                if link_checks is not None:
+                    lines, host_findings = _link_checks(*link_checks, timeout_s=min(timeout_s, 60.0), at_ns=ts)
+                    evidence.extend(lines)
+                    for ln in lines:
+                        print(ln, file=sys.stderr, flush=True)
                 findings.append(Finding(
-                    kind="collective-regression", subject=command,
+                    kind="collective-regression", subject=subject or command,
                     score=1.0 if len(rel) < len(anomalies) else min(1.0, 5 * max(rel)),
                     window=(prev_ts if prev_ts is not None else ts, ts),
                     evidence=(f"{command}: run {n}", *evidence),
@@ -378,6 +412,8 @@ def _watch_loop(cmd: list[str], *, period: float, count: int | None, store_path:
             if findings:
                 if db is not None:
                     _add_findings(db, findings, source="collective-watch")
+                    if host_findings:
+                        _add_findings(db, host_findings, source="host")
                 if on_anomaly:
                     res = subprocess.run(on_anomaly, shell=True, capture_output=True, text=True,
                                          timeout=timeout_s, check=False)
