@@ -52,6 +52,8 @@ SKIP: list[tuple[str, str]] = [
     (r"^make test$", "is this test suite itself (CI runs it)"),
     (r"^make demo$", "creates .venv and runs `fabricscope demo`, which runs below (docs/probe.md)"),
     (r"^python benchmarks/", "benchmarks take minutes; their figures and commands are in docs/benchmarks/"),
+    (r"^fabricscope cluster (status|member)\b", "needs a running nats-server with JetStream; "
+     "tests/test_cluster_membership.py runs both against a real one"),
 ]
 
 _SERVE = "&fabricscope gnmi serve-twin --topo leaf-spine:leaves=4,hosts_per_leaf=4,spines=2"

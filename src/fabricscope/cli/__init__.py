@@ -60,6 +60,7 @@ _COMMAND_MODULES = (
     "fabricscope.cli.sim",
     "fabricscope.cli.design",
     "fabricscope.cli.gnmi",
+    "fabricscope.cli.cluster",
     "fabricscope.cli.probe",
     "fabricscope.cli.lab",
     "fabricscope.cli.straggler",
