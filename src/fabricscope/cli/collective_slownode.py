@@ -11,7 +11,7 @@ import typer
 
 _PLAN_HELP = """Plan the next round of nccl-tests runs that localize slow nodes or links.
 
-The first call (with --nodes: a file of hostnames, one a line, in rack order, or a count) starts a search and writes the screen round: disjoint pairs (--scheme pair, sendrecv_perf or all_reduce_perf on 2 nodes) or groups (--scheme group, all_reduce_perf on k nodes, Hwang's binary splitting). Run the script it writes (every test of a round in parallel, one output file per test under --out-dir), then call it again with --results pointing at that folder (or at a JSON file {test id: busbw GB/s}): it reads each `# Avg bus bandwidth` line, records the round in --state and writes the next round, until the search is complete. A round's tests never share a node. Here `slow-node twin --state` plays the cluster.
+The first call (with --nodes: a file of hostnames, one a line, in rack order, or a count) starts a search and writes the screen round: disjoint pairs (--scheme pair, sendrecv_perf or all_reduce_perf on 2 nodes) or groups (--scheme group, all_reduce_perf on k nodes, Hwang's binary splitting). Run the script it writes (every test of a round in parallel, one output file per test under --out-dir), then call it again with --results pointing at that folder (or at a JSON file {test id: busbw GB/s}): it reads each output with the nccl-tests reader (its `# Avg bus bandwidth`; a failed, truncated or out-of-bounds run is an error naming the file), records the round in --state and writes the next round, until the search is complete. A round's tests never share a node. Here `slow-node twin --state` plays the cluster.
 
 Examples:
 

@@ -47,7 +47,6 @@ network rate; NCCL tests' PERFORMANCE.md). When it does, pass ``expected_busbw_g
 from __future__ import annotations
 
 import math
-import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -546,29 +545,34 @@ def round_script(
     return "\n".join(lines) + "\n"
 
 
-_AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*(\S+)")
-
-
 def parse_avg_busbw(text: str, *, source: str) -> float:
-    """The ``# Avg bus bandwidth    : X`` value (GB/s) of an nccl-tests output.
+    """The average bus bandwidth (GB/s) of one nccl-tests output, read by the full reader.
 
-    Minimal reader (the line nccl-tests prints at the end, with or without an ``mpirun
-    --tag-output`` prefix); the full table reader is ``fabricscope.collective.nccl_tests``.
+    The last run of the output that has a size table (``fabricscope.collective.nccl_tests``: any
+    collective, ``mpirun --tag-output`` prefixes, NCCL INFO / WARN lines mixed in); its own
+    ``# Avg bus bandwidth`` line (an output of only that line is read too). A run that failed, printed no table, was cut before that line or
+    reported wrong values raises ``TraceFormatError`` naming the file: such a test has no bandwidth to compare, and its nodes need a look of their own.
     """
-    found: tuple[int, str] | None = None
-    for no, line in enumerate(text.splitlines(), 1):
-        m = _AVG.search(line)
-        if m:
-            found = (no, m.group(1))
-    if found is None:
-        raise TraceFormatError(f"{source}: no '# Avg bus bandwidth' line (did the test finish?)")
-    try:
-        v = float(found[1])
-    except ValueError:
-        raise TraceFormatError(f"{source}:{found[0]}: Avg bus bandwidth {found[1]!r} is not a number") from None
-    if not (math.isfinite(v) and v >= 0):
-        raise TraceFormatError(f"{source}:{found[0]}: Avg bus bandwidth {found[1]!r} is not >= 0")
-    return v
+    from fabricscope.collective.nccl_tests import parse_nccl_tests
+
+    runs = parse_nccl_tests(text, source=source)
+    # the last run with a table; else one with only the summary line (what `slow-node twin`
+    # writes, or an excerpt kept by a job script)
+    run = next((r for r in reversed(runs) if r.rows), None) or next(
+        (r for r in reversed(runs) if r.avg_busbw_file is not None and not r.errors), None)
+    if run is None:
+        why = next((e for r in runs for e in r.errors), "no size table")
+        raise TraceFormatError(f"{source}: no bus bandwidth: {why} (did the test finish?)")
+    if run.truncated or run.avg_busbw_file is None:
+        raise TraceFormatError(f"{source}: the output ends before the run's '# Avg bus bandwidth' line "
+                               "(truncated: did the test finish?)")
+    if run.out_of_bounds:
+        raise TraceFormatError(f"{source}: {run.out_of_bounds} out-of-bounds values: the test's results are "
+                               "wrong (data corruption on one of its nodes or links), not slow")
+    v = run.avg_busbw
+    if v is None or not (math.isfinite(v) and v >= 0):
+        raise TraceFormatError(f"{source}: no valid bus bandwidth (average {v!r})")
+    return float(v)
 
 
 def read_round_results(rnd: Round, out_dir: str | Path) -> dict[str, float]:
