@@ -475,7 +475,8 @@ class _ArrowBuilder:
 
     def table(self) -> SpanTable:
         def cat(f: str, dtype: Any) -> np.ndarray:
-            return np.concatenate([p[f] for p in self.parts]) if self.parts else np.zeros(0, dtype=dtype)
+            # pop each column's parts as it is joined: the peak is the table plus one column's parts
+            return np.concatenate([p.pop(f) for p in self.parts]) if self.parts else np.zeros(0, dtype=dtype)
         return SpanTable(trace_id=cat("trace_id", "S32"), span_id=cat("span_id", "S16"),
                          parent_id=cat("parent_id", "S16"), service=cat("service", np.int32),
                          name=cat("name", np.int32), kind=cat("kind", np.int8), start_ns=cat("start_ns", np.int64),

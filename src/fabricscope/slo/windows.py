@@ -84,40 +84,49 @@ def window_stats(t: SpanTable, *, window_ns: int, step_ns: int | None = None, sl
     if window_ns <= 0 or step <= 0 or window_ns % step:
         raise ConfigError(f"slo windows: window {window_ns} ns must be a positive multiple of step {step} ns")
     m = request_mask(t)
-    svc, name = t.service[m].astype(np.int64), t.name[m].astype(np.int64)
-    dur_ns = t.end_ns[m] - t.start_ns[m]
-    dur = dur_ns.astype(np.float64) / 1e6
-    err = t.status[m] == STATUS_ERROR
-    tok, ttft = t.out_tokens[m], t.ttft_ns[m]
-    slo_by_svc = np.array([float((service_slo_ms or {}).get(s, slo_ms)) for s in t.services] or [slo_ms])
-    within = dur <= slo_by_svc[svc]
-    per_tok = np.where(tok > 0, (dur - np.where(ttft >= 0, ttft / 1e6, 0.0)) / np.maximum(tok, 1), np.nan)
-    ttft_ms = np.where(ttft >= 0, ttft / 1e6, np.nan)
     k = window_ns // step
-    base = t.start_ns[m] // step
-    reps = [base - j for j in range(k)]
-    widx = np.concatenate(reps)
-    idx = np.tile(np.arange(len(dur)), k)
-    nm = max(len(t.names), 1)
-    sm = svc[idx] * nm + name[idx]
-    wmin = int(widx.min()) if len(widx) else 0
-    group = sm * (int(widx.max()) - wmin + 1 if len(widx) else 1) + (widx - wmin)
-    ug, gi = factorize(group)
-    quant, cnt = group_order_stats(gi, dur[idx] if k > 1 else dur, len(ug),
-                                   [_nearest_rank(0.5), _nearest_rank(0.99), _nearest_rank(0.999)])
-    span = int(widx.max()) - wmin + 1 if len(widx) else 1
-    g_sm, g_w = ug // span, ug % span + wmin
-    errs = np.bincount(gi, weights=err[idx].astype(np.float64))
-    ok = np.bincount(gi, weights=within[idx].astype(np.float64))
 
-    def fin_median(v: np.ndarray) -> np.ndarray:
-        vv = v[idx]
+    def rep(a: np.ndarray) -> np.ndarray:  # a request's value once per window covering it
+        return a if k == 1 else np.tile(a, k)
+
+    svc = t.service[m]
+    dur = (t.end_ns[m] - t.start_ns[m]).astype(np.float64) / 1e6
+    base = t.start_ns[m] // step
+    widx = np.concatenate([base - j for j in range(k)]) if k > 1 else base
+    del base
+    nm = max(len(t.names), 1)
+    wmin = int(widx.min()) if len(widx) else 0
+    span = int(widx.max()) - wmin + 1 if len(widx) else 1
+    group = (rep(svc.astype(np.int64)) * nm + rep(t.name[m].astype(np.int64))) * span + (widx - wmin)
+    del widx
+    ug, gi = factorize(group)
+    del group
+    quant, cnt = group_order_stats(gi, rep(dur), len(ug),
+                                   [_nearest_rank(0.5), _nearest_rank(0.99), _nearest_rank(0.999)])
+    g_sm, g_w = ug // span, ug % span + wmin
+    errs = np.bincount(gi, weights=rep(t.status[m] == STATUS_ERROR).astype(np.float64), minlength=len(ug))
+    slo_by_svc = np.array([float((service_slo_ms or {}).get(s, slo_ms)) for s in t.services] or [slo_ms])
+    ok = np.bincount(gi, weights=rep(dur <= slo_by_svc[svc]).astype(np.float64), minlength=len(ug))
+    tok, ttft = t.out_tokens[m], t.ttft_ns[m]
+    del svc
+
+    def sub_median(sel: np.ndarray, vals: np.ndarray) -> np.ndarray:
+        """Median per group of ``vals`` (given on the requests where ``sel``)."""
+        full = np.full(len(sel), np.nan)
+        full[sel] = vals
+        vv = rep(full)
         fin = np.isfinite(vv)
         return group_median(gi[fin], vv[fin], len(ug))[0]
 
+    has_tok = tok > 0
+    t_tok, t_ttft = tok[has_tok], ttft[has_tok]
+    per_tok = (dur[has_tok] - np.where(t_ttft >= 0, t_ttft / 1e6, 0.0)) / t_tok
+    has_ttft = ttft >= 0
+    token_ms = sub_median(has_tok, per_tok)
+    ttft_med = sub_median(has_ttft, ttft[has_ttft] / 1e6)
     return WindowStats(
         service=tuple(t.services[s] for s in (g_sm // nm).tolist()), method=tuple(t.names[x] for x in (g_sm % nm).tolist()),
         window_start_ns=g_w * step, window_ns=window_ns, requests=cnt,
         rate_per_s=cnt / (window_ns / 1e9), p50_ms=quant[0], p99_ms=quant[1], p999_ms=quant[2],
-        error_rate=errs / cnt, errors=errs.astype(np.int64), attainment=ok / cnt, token_ms=fin_median(per_tok),
-        ttft_ms=fin_median(ttft_ms))
+        error_rate=errs / cnt, errors=errs.astype(np.int64), attainment=ok / cnt, token_ms=token_ms,
+        ttft_ms=ttft_med)
