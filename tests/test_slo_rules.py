@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fabricscope.model.errors import ConfigError
 from fabricscope.slo.chains import analyze_chains
-from fabricscope.slo.otlp import read_spans
+from fabricscope.slo.otlp import SpanTable, read_spans, spans_from_batches
 from fabricscope.slo.rules import RuleConfig, evaluate_rules, load_rules
 from fabricscope.slo.windows import window_stats
-from fabricscope.twin.agent_traces import AgentTraceConfig, write_agent_traces
+from fabricscope.twin.agent_traces import (
+    AgentTraceConfig,
+    generate_agent_traces,
+    write_agent_traces,
+)
 
 
 def _run(tmp_path: Path, cfg: AgentTraceConfig, seed: int, rules: RuleConfig | None = None) -> list:  # type: ignore[type-arg]
@@ -106,3 +112,49 @@ def test_several_slow_tools_are_several_clear_breaches(tmp_path: Path) -> None:
     assert breaches and {f.subject for f in breaches} <= slow_hops
     assert all(f.details["ambiguous"] == 0 and f.score > 0.9 for f in breaches), \
         [(f.subject, f.score) for f in breaches]
+
+
+def _stretched(t: SpanTable, factor: float) -> SpanTable:
+    """Every span's times scaled about its trace's start: every hop slower by the same factor."""
+    _, inv = np.unique(t.trace_id, return_inverse=True)
+    t0 = np.full(inv.max() + 1, np.iinfo(np.int64).max)
+    np.minimum.at(t0, inv, t.start_ns)
+    base = t0[inv]
+    return replace(t, start_ns=base + ((t.start_ns - base) * factor).astype(np.int64),
+                   end_ns=base + ((t.end_ns - base) * factor).astype(np.int64),
+                   ttft_ns=np.where(t.ttft_ns >= 0, (t.ttft_ns * factor).astype(np.int64), -1))
+
+
+def test_diffuse_slowness_is_one_unlocalized_breach() -> None:
+    # every hop 2.6x slower in every trace: no hop stands out, none holds most of the latency
+    batches, _ = generate_agent_traces(AgentTraceConfig(n_traces=3000, qps=10), seed=4)
+    t = _stretched(spans_from_batches(batches), 2.6)
+    breaches = [f for f in evaluate_rules(t, analyze_chains(t, slo_ns=25_000_000), RuleConfig())
+                if f.kind == "slo-breach"]
+    assert [f.subject for f in breaches] == ["unlocalized"]
+    (f,) = breaches
+    assert int(f.details["breached_series"]) > 1 and f.details["ambiguous"] == 1 and f.details["persistent"] == 0
+    assert "diffuse" in f.evidence[-1]
+
+
+def test_persistent_hop_named_by_its_share_with_the_evidence_saying_so() -> None:
+    batches, _ = generate_agent_traces(AgentTraceConfig(n_traces=3000, qps=10, persistent_hop="llm-gateway",
+                                                        persistent_ms=20.0), seed=4)
+    t = spans_from_batches(batches)
+    breaches = [f for f in evaluate_rules(t, analyze_chains(t, slo_ns=25_000_000), RuleConfig())
+                if f.kind == "slo-breach"]
+    assert [f.subject for f in breaches] == ["llm-gateway"]
+    (f,) = breaches
+    assert f.details["persistent"] == 1 and f.details["ambiguous"] == 0 and f.score > 0.5
+    assert "persistent slowness" in f.evidence[-1] and "% of the latency" in f.evidence[-1]
+    # the same without the slow hop: nothing at all
+    healthy, _ = generate_agent_traces(AgentTraceConfig(n_traces=3000, qps=10), seed=4)
+    th = spans_from_batches(healthy)
+    assert evaluate_rules(th, analyze_chains(th, slo_ns=25_000_000), RuleConfig()) == []
+
+
+def test_no_empty_candidate_list_in_evidence(tmp_path: Path) -> None:
+    cfg = AgentTraceConfig(n_traces=3000, qps=10, slow_fraction=0.15, slow_kinds=("network",))
+    findings, _ = _run(tmp_path, cfg, seed=8)
+    for f in findings:
+        assert not any(e.rstrip().endswith("candidates:") for e in f.evidence), f.evidence

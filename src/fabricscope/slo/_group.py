@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["factorize", "group_median", "group_order_stats", "group_quantile", "sort_within_groups"]
+__all__ = ["factorize", "group_median", "group_order_stats", "group_quantile", "segment_cummax",
+           "sort_within_groups"]
 
 
 def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -113,3 +114,25 @@ def group_median(keys: np.ndarray, vals: np.ndarray, nkeys: int) -> tuple[np.nda
     """The lower median per key (the ``(n - 1) // 2``-th smallest; NaN where a key has none) and the count."""
     res, cnt = group_order_stats(keys, vals, nkeys, [lambda c: (c - 1) // 2])
     return res[0], cnt
+
+
+def segment_cummax(seg: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    """Running maximum of ``vals`` restarted at every change of the non-decreasing ``seg``.
+
+    Hillis-Steele doubling scan (Hillis & Steele, CACM 1986): ``ceil(log2 L)`` vectorized passes for a
+    longest segment of ``L`` rows, so O(n log L) with no per-row Python work.
+    """
+    v = np.array(vals, copy=True)
+    n = len(v)
+    if n < 2:
+        return v
+    s = np.asarray(seg)
+    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    longest = int(np.diff(np.append(starts, n)).max())
+    d = 1
+    while d < longest:
+        same = s[d:] == s[:-d]
+        cand = np.where(same, v[:-d], v[d:])
+        np.maximum(v[d:], cand, out=v[d:])
+        d *= 2
+    return v

@@ -386,7 +386,28 @@ def _read_arrow(path: Path) -> SpanTable | None:
         finally:
             if pending is not None:
                 pending.cancel()
-    return b.table()
+            # Arrow's allocator keeps freed chunk memory for reuse; the analysis allocates with
+            # numpy's, so hand it back (about 1 GB at 10M spans)
+            pa.default_memory_pool().release_unused()
+    table = b.table()
+    _trim_heap()
+    return table
+
+
+def _trim_heap() -> None:
+    """Return the C heap's free pages to the system (glibc ``malloc_trim``; a no-op elsewhere).
+
+    The per-chunk column parts are a few MB each, below glibc's mmap threshold, so once they are
+    joined their memory stays in the heap, free but resident: ~0.9 GB at 10M spans, counted again
+    when the analysis allocates its own arrays.
+    """
+    import contextlib
+    import ctypes
+    import sys
+
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+            ctypes.CDLL(None).malloc_trim(0)
 
 
 def _fixed_bytes(arr: Any, width: int) -> np.ndarray:

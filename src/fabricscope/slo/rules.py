@@ -53,6 +53,7 @@ class RuleConfig:
     error_max_rate: float = 0.001
     error_window_s: float = 60.0
     ambiguous_share: float = 0.5
+    min_blame_share: float = 0.2
 
 
 _YAML_KEYS = {
@@ -63,7 +64,7 @@ _YAML_KEYS = {
     ("outlier", "threshold_ms"): "outlier_threshold_ms", ("outlier", "count"): "outlier_count",
     ("outlier", "interval_s"): "outlier_interval_s", ("outlier", "eject_s"): "outlier_eject_s",
     ("errors", "max_rate"): "error_max_rate", ("errors", "window_s"): "error_window_s",
-    ("ambiguous_share",): "ambiguous_share",
+    ("ambiguous_share",): "ambiguous_share", ("min_blame_share",): "min_blame_share",
 }
 
 
@@ -150,7 +151,8 @@ def _latency(t: SpanTable, ch: Chains, cfg: RuleConfig, ws: WindowStats) -> list
     req = request_mask(t)
     svc_code = {s: i for i, s in enumerate(t.services)}
     name_code = {s: i for i, s in enumerate(t.names)}
-    per_hop: dict[int, dict[str, Any]] = {}
+    nh = len(ch.hop_subject)
+    per_hop: dict[tuple[int, bool], dict[str, Any]] = {}
     series: dict[tuple[str, str], list[int]] = {}
     for i, key in enumerate(zip(ws.service, ws.method, strict=True)):
         series.setdefault(key, []).append(i)
@@ -168,48 +170,93 @@ def _latency(t: SpanTable, ch: Chains, cfg: RuleConfig, ws: WindowStats) -> list
                 traces = np.unique(ch.trace[sel])
                 blamed = ch.blame[traces]
                 worst = float(np.max(qcol[rows][a:b][c:d]))
-                counts = np.bincount(blamed[blamed >= 0], minlength=len(ch.hop_subject))
-                for h in np.flatnonzero(counts).tolist() or [-1]:
-                    share = counts[h] / max(len(traces), 1) if h >= 0 else 0.0
-                    if h >= 0 and share < cfg.ambiguous_share and counts[h] != counts.max():
-                        continue
-                    e = per_hop.setdefault(h, {"w0": w0, "w1": w1, "series": [], "traces": set(), "blamed": set(),
-                                               "excess": [], "candidates": counts, "best": 0.0})
+                counts = np.bincount(blamed[blamed >= 0], minlength=nh)
+                line = (f"{svc} {meth} p{q * 100:g} up to {_ms(worst)} > {_ms(cfg.latency_threshold_ms)} "
+                        f"in {d - c} consecutive windows")
+                # localized when the blamed share is above min_blame_share beyond its binomial noise
+                # (one-sided 1%): 6 blamed of 28 slow requests is not a located breach
+                frac = float(np.mean(blamed >= 0)) if len(traces) else 0.0
+                if frac - 2.326 * np.sqrt(frac * (1 - frac) / max(len(traces), 1)) >= cfg.min_blame_share:
+                    hops = [(h, False, counts[h] / len(traces)) for h in np.flatnonzero(counts).tolist()
+                            if counts[h] / len(traces) >= cfg.ambiguous_share or counts[h] == counts.max()]
+                else:
+                    # no hop stands out against a healthy reference in the slow traces: the slowness is
+                    # in every trace (persistent) or diffuse. A hop that holds most of their latency is
+                    # named as persistent; otherwise the breach is unlocalized.
+                    h, hshare = _dominant_hop(ch, traces)
+                    hops = [(h, True, hshare)] if h >= 0 and hshare >= cfg.ambiguous_share else [(-1, False, 0.0)]
+                for h, persistent, share in hops:
+                    e = per_hop.setdefault((h, persistent), {
+                        "w0": w0, "w1": w1, "series": [], "traces": set(), "blamed": set(),
+                        "candidates": counts, "best": -1.0})
                     # the hop's share in the series that blames it most: an upstream series whose
                     # slow requests are slow in several hops (a different one per request) must
                     # not make a hop that explains its own series look ambiguous
                     if share >= e["best"]:
                         e["best"], e["candidates"] = float(share), counts
                     e["w0"], e["w1"] = min(e["w0"], w0), max(e["w1"], w1)
-                    e["series"].append(f"{svc} {meth} p{q * 100:g} up to {_ms(worst)} > "
-                                       f"{_ms(cfg.latency_threshold_ms)} in {d - c} consecutive windows")
+                    e["series"].append(line)
                     e["traces"].update(traces.tolist())
-                    if h >= 0:
+                    if h >= 0 and not persistent:
                         e["blamed"].update(traces[blamed == h].tolist())
     out = []
-    for h, e in per_hop.items():
+    for (h, persistent), e in per_hop.items():
         mine = np.array(sorted(e["blamed"]), dtype=np.int64)
-        e["excess"] = (ch.blame_excess_ns[mine] / 1e6).tolist()
-        e["traces"], e["blamed"] = len(e["traces"]), len(mine)
-        share = e["best"]
+        n_traces, share = len(e["traces"]), e["best"]
+        ambiguous = h < 0 or (not persistent and share < cfg.ambiguous_share)
         if h < 0:
-            subject, ev_hop = "unlocalized", "no single hop stands out in the slow traces (diffuse slowness)"
+            subject, ev_hop = "unlocalized", ("no single hop stands out in the slow traces and none holds most "
+                                              "of their latency (diffuse slowness)")
+        elif persistent:
+            subject = ch.hop_subject[h]
+            ev_hop = (f"{ch.hop_kind[h]} hop {subject} holds {share:.0%} of the latency of the {n_traces} slow "
+                      f"traces, and a hop stands out against a healthy reference in under "
+                      f"{cfg.min_blame_share:.0%} of them: persistent slowness (in every trace through the hop, "
+                      "so it has no healthy reference); named by its share of the latency, not by an excess")
         else:
             subject = ch.hop_subject[h]
-            ev_hop = (f"{ch.hop_kind[h]} hop {subject} blamed in {e['blamed']} of {e['traces']} slow traces, "
-                      f"median excess {_ms(float(np.median(e['excess'])))} over its healthy "
+            excess = ch.blame_excess_ns[mine] / 1e6
+            ev_hop = (f"{ch.hop_kind[h]} hop {subject} blamed in {len(mine)} of {n_traces} slow traces, "
+                      f"median excess {_ms(float(np.median(excess)))} over its healthy "
                       f"{_ms(float(ch.hop_ref_ns[h]) / 1e6)}")
-        ambiguous = h < 0 or share < cfg.ambiguous_share
-        evidence = (*e["series"][:8], ev_hop) + (("ambiguous: the blame is split; other candidates: " + ", ".join(
-            f"{ch.hop_subject[k]} ({int(e['candidates'][k])})" for k in np.argsort(-e["candidates"])[:4].tolist()
-            if k != h and e["candidates"][k] > 0),) if ambiguous else ())
-        out.append(Finding(kind="slo-breach", subject=subject, score=round(float(share), 4), window=(e["w0"], e["w1"]),
-                           evidence=tuple(evidence),
+        evidence: tuple[str, ...] = (*e["series"][:8], ev_hop)
+        others = [f"{ch.hop_subject[k]} ({int(e['candidates'][k])})" for k in np.argsort(-e["candidates"])[:4].tolist()
+                  if k != h and e["candidates"][k] > 0]
+        if ambiguous and h >= 0:
+            evidence += (("ambiguous: the blame is split; other candidates: " + ", ".join(others)) if others else
+                         f"ambiguous: the other {n_traces - len(mine)} slow traces have no single slow hop",)
+        out.append(Finding(kind="slo-breach", subject=subject, score=round(float(max(share, 0.0)), 4),
+                           window=(e["w0"], e["w1"]), evidence=evidence,
                            action=f"{cfg.latency_action}; the slow hop is {subject}" if h >= 0 else cfg.latency_action,
-                           details={"hop_kind": ch.hop_kind[h] if h >= 0 else "", "slow_traces": int(e["traces"]),
-                                    "blamed_traces": int(e["blamed"]), "ambiguous": int(ambiguous),
-                                    "breached_series": len(e["series"])}))
+                           details={"hop_kind": ch.hop_kind[h] if h >= 0 else "", "slow_traces": int(n_traces),
+                                    "blamed_traces": len(mine), "ambiguous": int(ambiguous),
+                                    "persistent": int(persistent), "breached_series": len(e["series"])}))
     return out
+
+
+def _dominant_hop(ch: Chains, traces: np.ndarray) -> tuple[int, float]:
+    """The hop with the largest share of the traces' end-to-end latency, and that share.
+
+    Ties (within 1%) go to the hop furthest downstream (deepest span), the one the others wait on.
+    """
+    nh = len(ch.hop_subject)
+    if len(traces) == 0 or nh == 0:
+        return -1, 0.0
+    mask = np.zeros(len(ch.e2e_ns), dtype=bool)
+    mask[traces] = True
+    sp = mask[ch.trace]
+    own = np.bincount(ch.hop[sp], weights=ch.excl_ns[sp], minlength=nh)
+    share = own / max(float(ch.e2e_ns[traces].sum()), 1.0)
+    depth = np.zeros(len(ch.parent), dtype=np.int64)
+    p = ch.parent.copy()
+    while (p >= 0).any():  # one pass per tree level, not per span
+        depth += p >= 0
+        p = np.where(p >= 0, ch.parent[np.maximum(p, 0)], -1)
+    hop_depth = np.zeros(nh)
+    np.maximum.at(hop_depth, ch.hop[sp], depth[sp])
+    near = np.flatnonzero(share >= share.max() - 0.01)
+    h = int(near[np.argmax(hop_depth[near])])
+    return h, float(share[h])
 
 
 def _outliers(t: SpanTable, ch: Chains, cfg: RuleConfig) -> list[Finding]:
