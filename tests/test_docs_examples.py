@@ -54,6 +54,8 @@ SKIP: list[tuple[str, str]] = [
     (r"^python benchmarks/", "benchmarks take minutes; their figures and commands are in docs/benchmarks/"),
     (r"^fabricscope cluster (status|member)\b", "needs a running nats-server with JetStream; "
      "tests/test_cluster_membership.py runs both against a real one"),
+    (r"^(FABRICSCOPE_NATS_PASSWORD=\S+ )?fabricscope worker\b", "needs a running nats-server with JetStream; "
+     "tests/test_cluster_e2e.py runs it against a real one"),
 ]
 
 _SERVE = "&fabricscope gnmi serve-twin --topo leaf-spine:leaves=4,hosts_per_leaf=4,spines=2"

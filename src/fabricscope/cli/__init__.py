@@ -61,6 +61,7 @@ _COMMAND_MODULES = (
     "fabricscope.cli.design",
     "fabricscope.cli.gnmi",
     "fabricscope.cli.cluster",
+    "fabricscope.cli.worker",
     "fabricscope.cli.probe",
     "fabricscope.cli.lab",
     "fabricscope.cli.straggler",

@@ -273,6 +273,9 @@ def register(app: typer.Typer) -> None:
     def collect_cmd(
         config: Path = typer.Option(..., "--config", "-c", help="Collector YAML config."),
         duration: float | None = typer.Option(None, "--duration", help="Stop after this many seconds."),
+        cluster: bool = typer.Option(False, "--cluster", help="Join the collector cluster of the config's "
+                                     "cluster: section: collect only the devices this member owns and publish "
+                                     "them to NATS JetStream (detection runs in 'fabricscope worker')."),
     ) -> None:
         import asyncio
         import logging
@@ -300,6 +303,38 @@ def register(app: typer.Typer) -> None:
         console = Console(highlight=False)
         if not logging.getLogger().handlers:
             logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
+        if cluster:
+            import threading
+
+            from fabricscope.service.cluster_collector import run_cluster_collector
+
+            if cfg.cluster is None:
+                raise ConfigError(f"{config}: cluster: --cluster needs a cluster: section (nats: URL, member: "
+                                  "name; see docs/design/cluster-bus.md)")
+            stop_ev = threading.Event()
+            got: list[int] = []
+
+            def on_stop(sig: int, _frame: object) -> None:
+                got.append(sig)
+                stop_ev.set()
+
+            old_h = {sg: signal.signal(sg, on_stop) for sg in (signal.SIGINT, signal.SIGTERM)}
+            console.print(f"cluster member {cfg.cluster.member} of {cfg.cluster.nats}: sharing "
+                          f"{sum(len(t.names) for t in cfg.targets)} devices; Ctrl-C to stop")
+            try:
+                cst = run_cluster_collector(cfg, duration_s=duration, stop_event=stop_ev)
+            finally:
+                for sg, h in old_h.items():
+                    signal.signal(sg, h)
+            console.print(f"member {cst.member}: acquired {cst.acquired}, released {cst.released}, received "
+                          f"{cst.received}, published {cst.published_events}, dropped {cst.dropped_events}, "
+                          f"spilled {cst.spilled_events}, lost {cst.lost_events}")
+            if cst.lost_events:
+                raise TransportError(f"gnmi collect --cluster: {cst.lost_events} events were neither published "
+                                     "nor spilled (see the log above)")
+            if got:
+                raise typer.Exit(130 if got[0] == signal.SIGINT else 143)
+            return
 
         def show(findings: list) -> None:  # type: ignore[type-arg]
             for f in findings:

@@ -122,6 +122,10 @@ class EventBuffer:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._not_empty.wait(), timeout)
 
+    def wake(self) -> None:
+        """End a :meth:`wait` now (the receivers are done: nothing more will arrive)."""
+        self._not_empty.set()
+
 
 @dataclass
 class TargetStats(StreamState):
@@ -563,7 +567,13 @@ class Collector:
             if self._past_deadline():
                 self._spill([SpillBatch(tuple(todo), events, findings)])
                 return False
-            fut = in_daemon_thread(self._write_some, todo, events, findings)
+            if all(getattr(self.sinks[i], "never_blocks", False) for i in todo):
+                # a sink that only queues in memory (the cluster's bus publisher): no thread per
+                # write, which at one Collector per device was a thread start per device per flush
+                fut: asyncio.Future[tuple[list[int], str]] = asyncio.get_running_loop().create_future()
+                fut.set_result(self._write_some(todo, events, findings))
+            else:
+                fut = in_daemon_thread(self._write_some, todo, events, findings)
             while not fut.done():
                 # a stop() may arrive while the write runs: watch its deadline too
                 if self._past_deadline():
@@ -718,8 +728,9 @@ class Collector:
                 if self.fail_fast and any(tk.done() and not tk.cancelled() and tk.exception() is not None
                                           for tk in tasks):
                     break
-                await asyncio.wait([*tasks, writer, stop_wait],
-                                   timeout=min(left, 0.5) if left is not None else 0.5,
+                # every exit condition but the duration is a task ending, which wakes the wait:
+                # no periodic wake-up (a cluster member runs one Collector per device)
+                await asyncio.wait([*tasks, writer, stop_wait], timeout=left,
                                    return_when=asyncio.FIRST_COMPLETED)
         finally:
             if not self._stop.is_set():
@@ -732,6 +743,7 @@ class Collector:
                     await tk
             receivers_done.set()
             self._wake.set()
+            self.buffer.wake()  # a writer waiting out flush-interval would delay the stop by it
             try:
                 await writer  # drains the buffer into the sinks, or spills at the deadline
             finally:

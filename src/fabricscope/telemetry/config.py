@@ -37,6 +37,14 @@
     stats-interval: 10s                  # self-metrics log line (0s: off)
     shutdown: {deadline: 5s, spill-file: collector.spill.jsonl}   # default: <config>.spill.jsonl
     inventory: fabric.yaml               # lets 'aggregate' group by rail / plane / pod / tier
+    cluster:                             # only for 'gnmi collect --cluster' (docs/design/cluster-bus.md)
+      nats: nats://127.0.0.1:4222        # or tls://host:port
+      member: collector-a                # default: this host's name
+      lease: 3s                          # target ownership lease (all members agree)
+      user: fabricscope                  # + password-env: NAME; or token-env: NAME; or creds: FILE
+      password-env: FABRICSCOPE_NATS_PASSWORD
+      tls-ca: ca.pem                     # + tls-cert / tls-key for a client certificate
+      max-bytes: 1073741824              # per stream; max-age: 24h; storage: file | memory
 
 Every error names the file, the field and the value (``collector.yaml: subscriptions.counters.mode:
 expected once|poll|stream, got 'streem'``).
@@ -60,6 +68,7 @@ from fabricscope.telemetry.paths import parse_path
 from fabricscope.telemetry.processors import OPTIONS, ProcessorSpec, build_processor
 
 __all__ = [
+    "ClusterConfig",
     "CollectorConfig",
     "SinkConfig",
     "SubscriptionConfig",
@@ -172,6 +181,30 @@ class SinkConfig:
 
 
 @dataclass(frozen=True)
+class ClusterConfig:
+    """The ``cluster:`` section: where the NATS bus is and how this collector joins it.
+
+    Secrets are never held here, only the *names* of the environment variables that carry
+    them (``password_env``, ``token_env``) or a credentials file, so neither ``repr`` nor a
+    log line can show one.
+    """
+
+    nats: str
+    member: str
+    lease_ns: int = 3_000_000_000
+    user: str | None = None
+    password_env: str | None = None
+    token_env: str | None = None
+    creds: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    max_bytes: int = 1 << 30
+    max_age_ns: int = 24 * 3_600_000_000_000
+    storage: str = "file"
+
+
+@dataclass(frozen=True)
 class CollectorConfig:
     targets: tuple[TargetConfig, ...]
     subscriptions: Mapping[str, SubscriptionConfig]
@@ -194,6 +227,7 @@ class CollectorConfig:
     stats_interval_ns: int = 10_000_000_000
     shutdown_deadline_ns: int = 5_000_000_000
     spill_file: str | None = None
+    cluster: ClusterConfig | None = None  # None: the embedded single-process mode
 
     def subscriptions_of(self, t: TargetConfig) -> tuple[SubscriptionConfig, ...]:
         names = t.subscriptions or tuple(self.subscriptions)
@@ -525,6 +559,63 @@ def _prometheus_options(c: _Ctx, w: str, d: dict[str, Any], procs: Sequence[Proc
         d["gauges"] = (*d.get("gauges", ()), *made)
 
 
+_CLUSTER_KEYS = ("nats", "member", "lease", "user", "password-env", "token-env", "creds", "tls-ca", "tls-cert",
+                 "tls-key", "max-bytes", "max-age", "storage")
+_MEMBER = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+def default_member_name() -> str:
+    """This host's name made a valid member name (``[A-Za-z0-9_-]``, at most 128 characters)."""
+    name = re.sub(r"[^A-Za-z0-9_-]", "-", os.uname().nodename.split(".")[0])[:128]
+    return name or "collector"
+
+
+def _env_name(c: _Ctx, where: str, v: object) -> str:
+    if not isinstance(v, str) or not _ENV_NAME.match(v):
+        # never echo it: a secret pasted here by mistake must not land in a log
+        raise c.err(where, "expected the NAME of an environment variable (letters, digits, _), "
+                           f"got {type(v).__name__} (value not shown)")
+    return v
+
+
+def _cluster(c: _Ctx, raw: object) -> ClusterConfig:
+    """The ``cluster:`` section (NATS JetStream bus + target ownership; docs/design/cluster-bus.md)."""
+    w = "cluster"
+    d = _mapping(c, w, raw)
+    _check_keys(c, w, d, _CLUSTER_KEYS)
+    if "nats" not in d:
+        raise c.err(f"{w}.nats", "required: the NATS URL, e.g. nats://127.0.0.1:4222")
+    url = _str(c, f"{w}.nats", d["nats"])
+    scheme, sep, rest = url.partition("://")
+    host, _, port = rest.rpartition(":")
+    if not sep or scheme not in ("nats", "tls") or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise c.err(f"{w}.nats", f"expected nats://host:port or tls://host:port, got {show(url)}")
+    member = d.get("member")
+    if member is None:
+        member = default_member_name()
+    elif isinstance(member, bool) or not isinstance(member, str | int) or not _MEMBER.match(str(member)):
+        raise c.err(f"{w}.member", f"expected 1-128 letters, digits, '-' or '_', got {show(member)}")
+    lease = _dur(c, f"{w}.lease", d.get("lease", "3s"), 200 * _MS, _H)
+    user = _str(c, f"{w}.user", d["user"]) if "user" in d else None
+    password_env = _env_name(c, f"{w}.password-env", d["password-env"]) if "password-env" in d else None
+    token_env = _env_name(c, f"{w}.token-env", d["token-env"]) if "token-env" in d else None
+    creds = _file(c, f"{w}.creds", d["creds"]) if "creds" in d else None
+    if password_env is not None and user is None:
+        raise c.err(f"{w}.user", "password-env is given but no user")
+    if sum(x is not None for x in (user, token_env, creds)) > 1:
+        raise c.err(w, "user, token-env and creds: choose one authentication method")
+    tls = {k: _file(c, f"{w}.{k}", d[k]) for k in ("tls-ca", "tls-cert", "tls-key") if k in d}
+    if ("tls-cert" in tls) != ("tls-key" in tls):
+        raise c.err(f"{w}.tls-cert", "give tls-cert and tls-key together (a client certificate), or neither")
+    storage = _choice(c, f"{w}.storage", d.get("storage", "file"), ("file", "memory"))
+    return ClusterConfig(
+        nats=url, member=str(member), lease_ns=lease, user=user, password_env=password_env, token_env=token_env,
+        creds=creds, tls_ca=tls.get("tls-ca"), tls_cert=tls.get("tls-cert"), tls_key=tls.get("tls-key"),
+        max_bytes=_int(c, f"{w}.max-bytes", d.get("max-bytes", 1 << 30), 1 << 20, 1 << 50),
+        max_age_ns=_dur(c, f"{w}.max-age", d.get("max-age", "24h"), _S, 365 * 24 * _H),
+        storage=storage)
+
+
 def parse_config(data: object, *, source: str = "<config>", labels: Mapping[str, str] | None = None) -> CollectorConfig:
     """Validate a decoded YAML document into a :class:`CollectorConfig`.
 
@@ -535,7 +626,8 @@ def parse_config(data: object, *, source: str = "<config>", labels: Mapping[str,
     c = _Ctx(source, labels or {})
     top = _mapping(c, "<top>", data)
     _check_keys(c, "<top>", top, ("targets", "subscriptions", "processors", "detectors", "sinks", "buffer", "backoff",
-                                  "workers", "inventory", "stale-after", "keepalive", "stats-interval", "shutdown"))
+                                  "workers", "inventory", "stale-after", "keepalive", "stats-interval", "shutdown",
+                                  "cluster"))
     inventory = _file(c, "inventory", top["inventory"]) if top.get("inventory") is not None else None
     subs: dict[str, SubscriptionConfig] = {}
     for name, raw in _mapping(c, "subscriptions", top.get("subscriptions")).items():
@@ -577,6 +669,7 @@ def parse_config(data: object, *, source: str = "<config>", labels: Mapping[str,
         stats_interval_ns=_dur(c, "stats-interval", top.get("stats-interval", "10s"), 100 * _MS, _H, zero_ok=True),
         shutdown_deadline_ns=_dur(c, "shutdown.deadline", shut.get("deadline", "5s"), 0, _H),
         spill_file=_out_path(c, "shutdown.spill-file", shut["spill-file"]) if shut.get("spill-file") else None,
+        cluster=_cluster(c, top["cluster"]) if top.get("cluster") is not None else None,
     )
 
 
