@@ -164,16 +164,22 @@ def _help_examples() -> list[list[str]]:
 
 
 @pytest.mark.skipif(not os.path.exists(NATS), reason="nats-server not installed (CI installs it)")
-def test_worker_help_examples_run() -> None:
+def test_worker_help_examples_run(tmp_path: Path) -> None:
+    from fabricscope.fabric import leaf_spine_fabric
+    from fabricscope.fabric.io import write_fabric
+
     examples = _help_examples()
-    assert len(examples) == 3
+    assert len(examples) == 4
     plain = [ex for ex in examples if ex[0] == "fabricscope"]
-    # the third example needs a TLS server with a user and password: its flags are checked by
+    # the last example needs a TLS server with a user and password: its flags are checked by
     # the config tests of BusConfig, not run here
-    assert len(plain) == 2
+    assert len(plain) == 3
+    files = {"cluster.yaml": str(write_fabric(leaf_spine_fabric(leaves=1, hosts_per_leaf=2, spines=1),
+                                              tmp_path / "cluster.yaml")),
+             "probes.duckdb": str(tmp_path / "probes.duckdb")}
     with nats_server() as url:
         for ex in plain:
-            args = [url if a == "nats://127.0.0.1:4222" else a for a in ex[2:]]
+            args = [url if a == "nats://127.0.0.1:4222" else files.get(a, a) for a in ex[2:]]
             if "--duration" in args:
                 args[args.index("--duration") + 1] = "1"
             else:
@@ -184,5 +190,7 @@ def test_worker_help_examples_run() -> None:
             last = out.strip().splitlines()[-1]
             if "--json-stats" in args:
                 assert json.loads(last)["batches"] == 0, out
+            elif "probes" in args:
+                assert last.startswith("worker fs-probes: 0 batches, 0 probe samples, 0 windows"), out
             else:
                 assert last.startswith("worker fs-detectors: 0 batches, 0 events"), out

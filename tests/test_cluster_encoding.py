@@ -18,6 +18,7 @@ from fabricscope.cluster.encoding import (
     batch_kind,
     decode_events,
     decode_findings,
+    decode_probe_batch,
     decode_probes,
     encode_events,
     encode_findings,
@@ -83,6 +84,22 @@ def test_findings_round_trip(findings: list[Finding], compress: bool) -> None:
 @fuzz_settings(300)
 def test_probes_round_trip(samples: list[ProbeSample], compress: bool) -> None:
     assert decode_probes(encode_probes(samples, compress=compress)) == samples
+
+
+@given(probes_st, st.data())
+@fuzz_settings(200)
+def test_probe_statuses_round_trip(samples: list[ProbeSample], data: st.DataObject) -> None:
+    codes = data.draw(st.lists(st.integers(0, 3), min_size=len(samples), max_size=len(samples)))
+    assert decode_probe_batch(encode_probes(samples, statuses=codes)) == (samples, codes)
+    assert decode_probe_batch(encode_probes(samples)) == (samples, [0] * len(samples))
+
+
+def test_probe_status_out_of_range_or_miscounted_is_a_clear_error() -> None:
+    s = ProbeSample("a", "b", FiveTuple("198.18.0.1", "198.18.0.2", 1, 2, 17), 1, 10, None, None, None)
+    with pytest.raises(BatchFormatError, match="status 4 is not 0-3"):
+        encode_probes([s], statuses=[4])
+    with pytest.raises(BatchFormatError, match="2 probe statuses for 1 samples"):
+        encode_probes([s], statuses=[1, 2])
 
 
 def test_nan_and_negative_zero_keep_their_bits() -> None:

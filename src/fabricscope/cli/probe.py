@@ -186,6 +186,17 @@ def register(app: typer.Typer) -> None:
                                              help="seconds between self-metrics log lines on stderr (0: off)"),
         shutdown_timeout: float = typer.Option(5.0, "--shutdown-timeout",
                                                help="on SIGINT/SIGTERM, the longest wait for replies in flight (s)"),
+        nats: str | None = typer.Option(None, "--nats", help="also publish every sample to this NATS JetStream "
+                                        "(fs.probes.<NIC>) for `fabricscope worker --role probes`"),
+        nats_user: str | None = typer.Option(None, "--nats-user", help="NATS user name"),
+        nats_password_env: str | None = typer.Option(None, "--nats-password-env",
+                                                     help="environment variable with the NATS password"),
+        nats_token_env: str | None = typer.Option(None, "--nats-token-env",
+                                                  help="environment variable with a NATS token"),
+        nats_creds: Path | None = typer.Option(None, "--nats-creds", help="NATS credentials file (JWT + nkey)"),
+        nats_tls_ca: Path | None = typer.Option(None, "--nats-tls-ca", help="CA of the NATS server certificate"),
+        nats_tls_cert: Path | None = typer.Option(None, "--nats-tls-cert", help="client certificate for NATS"),
+        nats_tls_key: Path | None = typer.Option(None, "--nats-tls-key", help="client key for NATS"),
     ) -> None:
         import asyncio
         import signal
@@ -195,8 +206,15 @@ def register(app: typer.Typer) -> None:
         from fabricscope.model.errors import ConfigError
         from fabricscope.service.probe_live import run_agent
 
-        if db is None and jsonl is None:
-            raise ConfigError("probe agent: give --db FILE and/or --jsonl FILE for the samples")
+        if db is None and jsonl is None and nats is None:
+            raise ConfigError("probe agent: give --db FILE, --jsonl FILE and/or --nats URL for the samples")
+        bus = None
+        if nats is not None:
+            from fabricscope.cli._nats import bus_config
+
+            bus = bus_config(nats, client_name=f"fabricscope-probe-{self_id}", prefix="--nats-", user=nats_user,
+                             password_env=nats_password_env, token_env=nats_token_env, creds=nats_creds,
+                             tls_ca=nats_tls_ca, tls_cert=nats_tls_cert, tls_key=nats_tls_key)
         if rate <= 0:
             raise ConfigError(f"probe agent: --rate must be > 0, got {rate}")
         if shutdown_timeout < 0 or stats_interval < 0:
@@ -204,7 +222,7 @@ def register(app: typer.Typer) -> None:
         fabric = read_fabric(inventory)
         try:
             snap = asyncio.run(run_agent(fabric, self_id, seed=seed, rate_pps=rate, duration_s=duration,
-                                         epoch_s=epoch, db=db, jsonl=jsonl,
+                                         epoch_s=epoch, db=db, jsonl=jsonl, bus=bus,
                                          log=lambda m: typer.echo(m, err=True),
                                          stats_every_s=stats_interval, shutdown_timeout_s=shutdown_timeout,
                                          handle_signals=True))

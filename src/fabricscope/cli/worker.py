@@ -18,9 +18,16 @@ DiagnosisStore. SIGINT/SIGTERM finish the batch in hand, acknowledge it and exit
 within --deadline seconds. Loopback by default; --user with --password-env, --token-env or
 --creds authenticate, --tls-ca (and --tls-cert/--tls-key) use TLS.
 
+With --role probes it consumes the samples `probe agent --nats` publishes (fs.probes.>),
+keeps them in --probe-db (acknowledged once stored: a restart on the same file loses
+nothing) and every --window seconds of sample time runs the localization of `probe analyze`,
+publishing the findings to fs.findings.<kind>.
+
 Examples:
 
   fabricscope worker --nats nats://127.0.0.1:4222
+
+  fabricscope worker --role probes --nats nats://127.0.0.1:4222 -i cluster.yaml --probe-db probes.duckdb
 
   fabricscope worker --nats nats://127.0.0.1:4222 --durable fs-detectors --duration 60 --json-stats
 
@@ -35,7 +42,11 @@ def register(app: typer.Typer) -> None:
     @app.command("worker", help=_HELP)
     def worker_cmd(
         nats_url: str = typer.Option("nats://127.0.0.1:4222", "--nats", help="NATS URL (nats:// or tls://)."),
-        durable: str = typer.Option("fs-detectors", "--durable", help="Durable consumer name (shared = shared work)."),
+        role: str = typer.Option("detectors", "--role", help="detectors: the telemetry detectors on fs.telemetry.>; "
+                                 "probes: probe localization per window on fs.probes.> (needs --inventory, "
+                                 "--probe-db)."),
+        durable: str | None = typer.Option(None, "--durable", help="Durable consumer name (shared = shared work); "
+                                           "default fs-detectors / fs-probes by --role."),
         duration: float | None = typer.Option(None, "--duration", help="Stop after this many seconds."),
         db: Path | None = typer.Option(None, "--db", help="Add the findings to this DiagnosisStore (DuckDB)."),
         json_stats: bool = typer.Option(False, "--json-stats", help="Print the final counters as one JSON line."),
@@ -47,38 +58,43 @@ def register(app: typer.Typer) -> None:
         tls_cert: Path | None = typer.Option(None, "--tls-cert", help="Client certificate (with --tls-key)."),
         tls_key: Path | None = typer.Option(None, "--tls-key", help="Client key."),
         deadline: float = typer.Option(5.0, "--deadline", help="Seconds a stop may take to drain and ack."),
+        inventory: Path | None = typer.Option(None, "--inventory", "-i", help="--role probes: the fabric inventory."),
+        probe_db: Path | None = typer.Option(None, "--probe-db", help="--role probes: the ProbeStore (DuckDB) file "
+                                             "the samples are kept in; a restart on it loses nothing."),
+        window: float = typer.Option(30.0, "--window", help="--role probes: seconds of sample time per analysis."),
+        lateness: float = typer.Option(5.0, "--lateness", help="--role probes: analyse a window once samples this "
+                                       "many seconds past its end arrived."),
+        retain: float = typer.Option(600.0, "--retain", help="--role probes: seconds of samples kept in --probe-db."),
+        method: str = typer.Option("map", "--method", help="--role probes: map (default) or 007."),
         tap: Path | None = typer.Option(None, "--tap", help="Append every new (de-duplicated) event to this file "
                                         "as JSON lines (debugging; grows without bound)."),
     ) -> None:
         import asyncio
         import logging
-        import os
         import signal
         import sys
         import time
 
-        from fabricscope.cluster.bus import BusConfig
+        from fabricscope.cli._nats import bus_config
         from fabricscope.cluster.worker import Worker, WorkerStats
         from fabricscope.model.errors import ConfigError
         from fabricscope.model.records import Finding, TelemetryEvent
         from fabricscope.telemetry.detectors import DetectorSet, default_detectors
 
+        if role not in ("detectors", "probes"):
+            raise ConfigError(f"--role: expected detectors or probes, got {role!r}")
+        if role == "probes" and (inventory is None or probe_db is None):
+            raise ConfigError("--role probes: give --inventory FILE and --probe-db FILE")
+        if role == "detectors" and (inventory is not None or probe_db is not None):
+            raise ConfigError("--inventory / --probe-db: only with --role probes")
+        durable = durable or ("fs-probes" if role == "probes" else "fs-detectors")
         if duration is not None and not (math.isfinite(duration) and duration > 0):
             raise ConfigError(f"--duration: expected a number of seconds > 0, got {duration:g}")
         if not (math.isfinite(deadline) and deadline > 0):
             raise ConfigError(f"--deadline: expected a number of seconds > 0, got {deadline:g}")
-        token = None
-        if token_env is not None:
-            token = os.environ.get(token_env)
-            if not token:
-                raise ConfigError(f"--token-env: environment variable {token_env!r} is not set or empty")
-        try:
-            cfg = BusConfig(url=nats_url, user=user, password_env=password_env, token=token,
-                            creds_file=str(creds) if creds else None, tls_ca=str(tls_ca) if tls_ca else None,
-                            tls_cert=str(tls_cert) if tls_cert else None, tls_key=str(tls_key) if tls_key else None,
-                            client_name=f"fabricscope-worker-{durable}")
-        except ConfigError as exc:
-            raise ConfigError(str(exc).replace("bus: url:", "--nats:").replace("bus: ", "--")) from None
+        cfg = bus_config(nats_url, client_name=f"fabricscope-worker-{durable}", user=user,
+                         password_env=password_env, token_env=token_env, creds=creds, tls_ca=tls_ca,
+                         tls_cert=tls_cert, tls_key=tls_key)
         if not logging.getLogger().handlers:
             logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
         store = None
@@ -118,7 +134,27 @@ def register(app: typer.Typer) -> None:
                              + "\n")
                 tap_fh.flush()
 
-        w = Worker(cfg, durable=durable, detectors=_Shown(default_detectors().detectors), on_events=on_events)
+        w: Worker
+        if role == "probes":
+            from fabricscope.fabric.io import read_fabric
+            from fabricscope.service.probe_bus import ProbeWorker
+
+            assert inventory is not None and probe_db is not None
+            fabric = read_fabric(inventory)
+
+            def on_findings(found: list[Finding], win: tuple[int, int]) -> None:
+                typer.echo(f"window {win[0] / 1e9:.0f}-{win[1] / 1e9:.0f} s: {len(found)} finding(s)")
+                for f in found:
+                    typer.echo(f"{f.kind} {f.subject} score={f.score:.2f} {'; '.join(f.evidence)}")
+                if store is not None:
+                    pending.extend(found)
+                    to_store()
+
+            w = ProbeWorker(cfg, fabric, probe_db, durable=durable, window_s=window, lateness_s=lateness,
+                            retain_s=retain, method=method, on_findings=on_findings,
+                            ack_wait_s=max(30.0, 2 * deadline))
+        else:
+            w = Worker(cfg, durable=durable, detectors=_Shown(default_detectors().detectors), on_events=on_events)
         got: list[int] = []
 
         async def main() -> WorkerStats:
@@ -150,10 +186,16 @@ def register(app: typer.Typer) -> None:
                 store.con.close()
             if tap_fh is not None:
                 tap_fh.close()
+        extra = ({"probe_samples": getattr(w, "samples", 0), "windows": getattr(w, "windows", 0)}
+                 if role == "probes" else {})
         if json_stats:
             from dataclasses import asdict
 
-            typer.echo(json.dumps({**asdict(stats), "stored_findings": added[0]}))
+            typer.echo(json.dumps({**asdict(stats), "stored_findings": added[0], **extra}))
+        elif extra:
+            typer.echo(f"worker {durable}: {stats.batches} batches, {extra['probe_samples']} probe samples, "
+                       f"{extra['windows']} windows analysed, {stats.findings_published} findings published, "
+                       f"lag {stats.lag}" + (f"; {added[0]} findings added to {db}" if db is not None else ""))
         else:
             typer.echo(f"worker {durable}: {stats.batches} batches, {stats.events} events "
                        f"({stats.unique_events} new, {stats.duplicate_events} duplicates), "

@@ -322,16 +322,22 @@ class BusPublisher:
         if self._queue:
             self._notify()
 
-    def write_probes(self, samples: Sequence[ProbeSample]) -> None:
-        """Publish probe samples, one batch per source host, to ``fs.probes.<src>``."""
-        by_src: dict[str, list[ProbeSample]] = {}
-        for s in samples:
-            by_src.setdefault(s.src, []).append(s)
+    def write_probes(self, samples: Sequence[ProbeSample], statuses: Sequence[int] | None = None) -> None:
+        """Publish probe samples (with the prober's statuses, 0-3, when given), one batch per
+        source NIC, to ``fs.probes.<src>``."""
+        if self._closing:
+            raise TransportError("bus publisher: write after close")
+        by_src: dict[str, list[int]] = {}
+        for k, s in enumerate(samples):
+            by_src.setdefault(s.src, []).append(k)
         with self._lock:
-            for src, ss in by_src.items():
-                for i in range(0, len(ss), self.batch_events):
+            for src, ks in by_src.items():
+                for i in range(0, len(ks), self.batch_events):
+                    part = ks[i:i + self.batch_events]
                     self._enqueue(probes_subject(self.config, src),
-                                  encode_probes(ss[i:i + self.batch_events], compress=self.compress), 0)
+                                  encode_probes([samples[k] for k in part],
+                                                statuses=None if statuses is None else [statuses[k] for k in part],
+                                                compress=self.compress), len(part))
         self._notify()
 
     def stats(self) -> PublisherStats:

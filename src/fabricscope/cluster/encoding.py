@@ -40,6 +40,7 @@ __all__ = [
     "batch_kind",
     "decode_events",
     "decode_findings",
+    "decode_probe_batch",
     "decode_probes",
     "encode_events",
     "encode_findings",
@@ -501,16 +502,28 @@ def decode_findings(data: bytes) -> list[Finding]:
 # --------------------------------------------------------------------------- probe samples
 
 
-def encode_probes(samples: Sequence[ProbeSample], *, compress: bool = False) -> bytes:
-    """One batch of probe samples (kind 3: fixed 62-byte rows after the string table)."""
+def encode_probes(samples: Sequence[ProbeSample], *, statuses: Sequence[int] | None = None,
+                  compress: bool = False) -> bytes:
+    """One batch of probe samples (kind 3: fixed 62-byte rows after the string table).
+
+    ``statuses`` (optional, one per sample, 0-3: answered, request lost, reply lost, lost
+    where unknown; the prober's classification) go in bits 3-4 of the ``present`` byte.
+    """
     if len(samples) > MAX_RECORDS:
         raise BatchFormatError(f"batch: {len(samples)} probe samples exceed the limit {MAX_RECORDS}")
+    if statuses is not None and len(statuses) != len(samples):
+        raise BatchFormatError(f"batch: {len(statuses)} probe statuses for {len(samples)} samples")
     strings = _Strings()
     rows: list[bytes] = []
-    for s in samples:
+    for k, s in enumerate(samples):
         fl = s.flow
         opt = (s.t_resp_rx_ns, s.t_resp_tx_ns, s.t_recv_ns)
         present = sum(1 << i for i, t in enumerate(opt) if t is not None)
+        if statuses is not None:
+            code = statuses[k]
+            if not 0 <= code <= 3:
+                raise BatchFormatError(f"batch: probe {s.src}->{s.dst} seq {s.seq}: status {code} is not 0-3")
+            present |= code << 3
         try:
             rows.append(_PROBE_ROW.pack(strings.index(s.src), strings.index(s.dst), strings.index(fl.src_ip),
                                         strings.index(fl.dst_ip), fl.src_port, fl.dst_port, fl.proto, present,
@@ -523,19 +536,27 @@ def encode_probes(samples: Sequence[ProbeSample], *, compress: bool = False) -> 
 
 def decode_probes(data: bytes) -> list[ProbeSample]:
     """The samples of a batch made by :func:`encode_probes`; :class:`BatchFormatError` if invalid."""
+    return decode_probe_batch(data)[0]
+
+
+def decode_probe_batch(data: bytes) -> tuple[list[ProbeSample], list[int]]:
+    """The samples of a batch and their statuses (0-3; 0 for an answered probe and for a lost
+    one whose publisher gave no status: the analysis then treats it as lost where unknown)."""
     r = _Reader(_body(data, KIND_PROBES))
     strs = _read_strings(r)
     n = r.count("probe samples", MAX_RECORDS, _PROBE_ROW.size)
     out: list[ProbeSample] = []
+    codes: list[int] = []
     for _ in range(n):
         src, dst, sip, dip, sport, dport, proto, present, seq, t_send, rx, tx, recv = (
             int(x) for x in r.row(_PROBE_ROW, "probe sample"))
         _check_idx((src, dst, sip, dip), len(strs), "probe string")
-        if present > 7:
+        if present > 31:
             raise BatchFormatError(f"batch: probe presence bits 0x{present:02x} has unknown bits")
         rx_o, tx_o, recv_o = (t if present >> i & 1 else None for i, t in enumerate((rx, tx, recv)))
         out.append(ProbeSample(strs[src], strs[dst], FiveTuple(strs[sip], strs[dip], sport, dport, proto), seq,
                                t_send, rx_o, tx_o, recv_o))
+        codes.append(present >> 3)
     r.end()
-    return out
+    return out, codes
 

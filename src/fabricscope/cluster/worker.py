@@ -152,6 +152,7 @@ class Worker:
         self.detectors = detectors if detectors is not None else default_detectors()
         self.on_events = on_events
         self.filter_subject = filter_subject or f"{self.config.telemetry_prefix}.>"
+        self.stream = self.config.telemetry_stream  # a subclass consumes another stream
         self.fetch_batch = fetch_batch
         self.fetch_timeout_s = fetch_timeout_s
         self.ack_wait_s = ack_wait_s
@@ -201,11 +202,11 @@ class Worker:
                 if self.create_streams:
                     await ensure_streams(js, self.config)
                 psub = await js.pull_subscribe(self.filter_subject, durable=self.durable,
-                                               stream=self.config.telemetry_stream, config=cc)
+                                               stream=self.stream, config=cc)
                 await self._update_consumer(js, psub, cc)
             except nats.errors.Error as exc:
                 raise TransportError(f"worker {self.durable}: cannot set up the consumer on stream "
-                                     f"{self.config.telemetry_stream!r} at {self.config.url}: {exc}") from exc
+                                     f"{self.stream!r} at {self.config.url}: {exc}") from exc
             next_lag = 0.0
             while not self._stop.is_set() and time.monotonic() < end:
                 if until is not None and until(self.stats()):
@@ -213,6 +214,7 @@ class Worker:
                 if time.monotonic() >= next_lag:
                     next_lag = time.monotonic() + self.lag_interval_s
                     await self._update_lag(psub)
+                await self._tick(js)
                 try:
                     msgs = await psub.fetch(batch=self.fetch_batch, timeout=self.fetch_timeout_s)
                 except nats.errors.TimeoutError:
@@ -226,6 +228,7 @@ class Worker:
                     continue
                 for msg in msgs:
                     await self._handle(js, msg)
+            await self._finish(js)
             await self._update_lag(psub)
         finally:
             # acks are fire-and-forget: a PING round trip makes sure the server has them
@@ -236,6 +239,12 @@ class Worker:
             self._stats.connected = False
         return self.stats()
 
+    async def _tick(self, js: JetStreamContext) -> None:
+        """Called between fetches (a subclass's periodic work); nothing here."""
+
+    async def _finish(self, js: JetStreamContext) -> None:
+        """Called once at a clean stop, before the last lag read; nothing here."""
+
     async def _update_consumer(self, js: JetStreamContext, psub: Any, cc: ConsumerConfig) -> None:
         """An existing durable keeps its old settings on bind: bring ack_wait and
         max_ack_pending to this worker's (the server updates these in place)."""
@@ -244,7 +253,7 @@ class Worker:
         if have.max_ack_pending == cc.max_ack_pending and abs((have.ack_wait or 0) - (cc.ack_wait or 0)) < 1e-3:
             return
         try:
-            await js.add_consumer(self.config.telemetry_stream, cc)
+            await js.add_consumer(self.stream, cc)
         except Exception as exc:
             log.warning("worker %s: consumer keeps max_ack_pending=%s ack_wait=%s s (update refused: %s)",
                         self.durable, have.max_ack_pending, have.ack_wait, exc)
@@ -284,7 +293,10 @@ class Worker:
                 await self._publish_findings(js, msg, findings)
         await msg.ack()
 
-    async def _publish_findings(self, js: JetStreamContext, msg: Any, findings: list[Finding]) -> None:
+    async def _publish_findings(self, js: JetStreamContext, msg: Any | None, findings: list[Finding]) -> None:
+        """Publish ``findings`` to ``fs.findings.<kind>`` (content-addressed ids: a re-publish
+        within the stream's duplicate window is dropped), retrying until stored; ``msg``, the
+        batch they came from, is kept ours meanwhile."""
         by_kind: dict[str, list[Finding]] = {}
         for f in findings:
             by_kind.setdefault(f.kind, []).append(f)
@@ -304,8 +316,9 @@ class Worker:
                     self._ratelog.log(logging.WARNING, self.durable, "findings",
                                       f"worker {self.durable}: publishing findings failed ({exc}); retrying",
                                       time.monotonic())
-                    with contextlib.suppress(Exception):
-                        await msg.in_progress()
+                    if msg is not None:
+                        with contextlib.suppress(Exception):
+                            await msg.in_progress()
                     assert self._stop is not None
                     if self._stop.is_set() and delay > 1.0:
                         raise TransportError(f"worker {self.durable}: findings not stored at stop: {exc}") from exc

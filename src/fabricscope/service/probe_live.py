@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.fabric.routing import Routing
@@ -37,6 +37,9 @@ from fabricscope.probe.traceroute import (
     trace_paths,
 )
 from fabricscope.store.probes import ProbeStore, write_jsonl
+
+if TYPE_CHECKING:  # nats-py is imported only by an agent that publishes to the bus
+    from fabricscope.cluster.bus import BusConfig, BusPublisher
 
 
 def self_nics(fabric: Fabric, self_id: str) -> list[str]:
@@ -124,14 +127,14 @@ class ProbeAgent:
                  jsonl: Path | None = None, echo: Callable[[str], None] = print,
                  log: Callable[[str], None] | None = None, flush_every: int = 2000,
                  stats_every_s: float = 10.0, shutdown_timeout_s: float = 5.0,
-                 drain_s: float = 1.0) -> None:
+                 drain_s: float = 1.0, bus: BusConfig | None = None) -> None:
         self.fabric = fabric
         self.nics = self_nics(fabric, self_id)
         for n in self.nics:
             if fabric.devices[n].address is None:
                 raise ConfigError(f"inventory {fabric.name}: NIC {n} has no address")
         self.seed, self.rate_pps, self.duration_s, self.epoch_s = seed, rate_pps, duration_s, epoch_s
-        self.db, self.jsonl = db, jsonl
+        self.db, self.jsonl, self.bus = db, jsonl, bus
         self.echo = echo
         self.log = log or echo
         self.flush_every = flush_every
@@ -150,6 +153,7 @@ class ProbeAgent:
         self._buf: list[tuple[ProbeSample, int]] = []
         self._store: ProbeStore | None = None
         self._fh: IO[str] | None = None
+        self._pub: BusPublisher | None = None
 
     # -- outputs -------------------------------------------------------------------------
     def _open_outputs(self) -> None:
@@ -163,6 +167,10 @@ class ProbeAgent:
             except OSError as exc:
                 raise ConfigError(f"probe agent: --jsonl {self.jsonl}: cannot open for appending: "
                                   f"{exc.strerror}") from None
+        if self.bus is not None:  # publishes to fs.probes.<NIC>; buffers while NATS is away
+            from fabricscope.cluster.bus import BusPublisher
+
+            self._pub = BusPublisher(self.bus)
         if self.db is not None:
             try:
                 self._store = ProbeStore(self.db)
@@ -171,6 +179,12 @@ class ProbeAgent:
                 raise ConfigError(f"probe agent: --db {self.db}: cannot open: {exc}") from None
 
     def _close_outputs(self) -> None:
+        if self._pub is not None:
+            self._pub.close(deadline_s=max(1.0, self.shutdown_timeout_s))
+            ps = self._pub.stats()
+            self.log(f"probe agent: bus {self.bus.url if self.bus else ''}: published {ps.published_events} samples"
+                     f", dropped {ps.dropped_events}, lost {ps.lost_events}")
+            self._pub = None
         if self._store is not None:
             self._store.close()
             self._store = None
@@ -186,6 +200,8 @@ class ProbeAgent:
         if self._fh is not None:
             write_jsonl(self._buf, self._fh)
             self._fh.flush()
+        if self._pub is not None:
+            self._pub.write_probes([s for s, _ in self._buf], [st for _, st in self._buf])
         self._stored += len(self._buf)
         self._buf.clear()
 
