@@ -169,14 +169,14 @@ def test_worker_help_examples_run(tmp_path: Path) -> None:
     from fabricscope.fabric.io import write_fabric
 
     examples = _help_examples()
-    assert len(examples) == 4
+    assert len(examples) == 5
     plain = [ex for ex in examples if ex[0] == "fabricscope"]
     # the last example needs a TLS server with a user and password: its flags are checked by
     # the config tests of BusConfig, not run here
-    assert len(plain) == 3
+    assert len(plain) == 4
     files = {"cluster.yaml": str(write_fabric(leaf_spine_fabric(leaves=1, hosts_per_leaf=2, spines=1),
                                               tmp_path / "cluster.yaml")),
-             "probes.duckdb": str(tmp_path / "probes.duckdb")}
+             "probes.duckdb": str(tmp_path / "probes.duckdb"), "incidents.duckdb": str(tmp_path / "inc.duckdb")}
     with nats_server() as url:
         for ex in plain:
             args = [url if a == "nats://127.0.0.1:4222" else files.get(a, a) for a in ex[2:]]
@@ -190,6 +190,8 @@ def test_worker_help_examples_run(tmp_path: Path) -> None:
             last = out.strip().splitlines()[-1]
             if "--json-stats" in args:
                 assert json.loads(last)["batches"] == 0, out
+            elif "incidents" in args:
+                assert last.startswith("worker fs-incidents: 0 batches, 0 findings, 0 incidents"), out
             elif "probes" in args:
                 assert last.startswith("worker fs-probes: 0 batches, 0 probe samples, 0 windows"), out
             else:

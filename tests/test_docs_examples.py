@@ -54,6 +54,8 @@ SKIP: list[tuple[str, str]] = [
     (r"^python benchmarks/", "benchmarks take minutes; their figures and commands are in docs/benchmarks/"),
     (r"^fabricscope cluster (status|member)\b", "needs a running nats-server with JetStream; "
      "tests/test_cluster_membership.py runs both against a real one"),
+    (r"^fabricscope probe agent\b.*--nats\b", "needs a running nats-server and the host's own NIC addresses; "
+     "tests/test_cluster_probes.py runs two agents on loopback against a real one"),
     (r"^fabricscope gnmi collect --cluster\b", "needs a running nats-server with JetStream; "
      "tests/test_cluster_e2e.py runs three members against a real one"),
     (r"^(FABRICSCOPE_NATS_PASSWORD=\S+ )?fabricscope worker\b", "needs a running nats-server with JetStream; "

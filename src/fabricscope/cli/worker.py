@@ -21,13 +21,18 @@ within --deadline seconds. Loopback by default; --user with --password-env, --to
 With --role probes it consumes the samples `probe agent --nats` publishes (fs.probes.>),
 keeps them in --probe-db (acknowledged once stored: a restart on the same file loses
 nothing) and every --window seconds of sample time runs the localization of `probe analyze`,
-publishing the findings to fs.findings.<kind>.
+publishing the findings to fs.findings.<kind>. With --role incidents it correlates every
+finding on fs.findings.> over the inventory (the console's correlator and specialists) and
+publishes each incident that opens, changes or closes to fs.incidents.<id> (and --db); its
+state is rebuilt from the findings stream at start, so run one per fabric.
 
 Examples:
 
   fabricscope worker --nats nats://127.0.0.1:4222
 
   fabricscope worker --role probes --nats nats://127.0.0.1:4222 -i cluster.yaml --probe-db probes.duckdb
+
+  fabricscope worker --role incidents --nats nats://127.0.0.1:4222 -i cluster.yaml --db incidents.duckdb
 
   fabricscope worker --nats nats://127.0.0.1:4222 --durable fs-detectors --duration 60 --json-stats
 
@@ -44,7 +49,8 @@ def register(app: typer.Typer) -> None:
         nats_url: str = typer.Option("nats://127.0.0.1:4222", "--nats", help="NATS URL (nats:// or tls://)."),
         role: str = typer.Option("detectors", "--role", help="detectors: the telemetry detectors on fs.telemetry.>; "
                                  "probes: probe localization per window on fs.probes.> (needs --inventory, "
-                                 "--probe-db)."),
+                                 "--probe-db); incidents: the correlation and diagnosis of fs.findings.> into "
+                                 "incidents on fs.incidents.<id> (needs --inventory; run one per fabric)."),
         durable: str | None = typer.Option(None, "--durable", help="Durable consumer name (shared = shared work); "
                                            "default fs-detectors / fs-probes by --role."),
         duration: float | None = typer.Option(None, "--duration", help="Stop after this many seconds."),
@@ -77,17 +83,22 @@ def register(app: typer.Typer) -> None:
 
         from fabricscope.cli._nats import bus_config
         from fabricscope.cluster.worker import Worker, WorkerStats
+        from fabricscope.diagnosis.model import Incident
         from fabricscope.model.errors import ConfigError
         from fabricscope.model.records import Finding, TelemetryEvent
         from fabricscope.telemetry.detectors import DetectorSet, default_detectors
 
-        if role not in ("detectors", "probes"):
-            raise ConfigError(f"--role: expected detectors or probes, got {role!r}")
+        if role not in ("detectors", "probes", "incidents"):
+            raise ConfigError(f"--role: expected detectors, probes or incidents, got {role!r}")
+        if role == "incidents" and inventory is None:
+            raise ConfigError("--role incidents: give --inventory FILE")
         if role == "probes" and (inventory is None or probe_db is None):
             raise ConfigError("--role probes: give --inventory FILE and --probe-db FILE")
         if role == "detectors" and (inventory is not None or probe_db is not None):
-            raise ConfigError("--inventory / --probe-db: only with --role probes")
-        durable = durable or ("fs-probes" if role == "probes" else "fs-detectors")
+            raise ConfigError("--inventory / --probe-db: only with --role probes or incidents")
+        if role == "incidents" and probe_db is not None:
+            raise ConfigError("--probe-db: only with --role probes")
+        durable = durable or {"probes": "fs-probes", "incidents": "fs-incidents"}.get(role, "fs-detectors")
         if duration is not None and not (math.isfinite(duration) and duration > 0):
             raise ConfigError(f"--duration: expected a number of seconds > 0, got {duration:g}")
         if not (math.isfinite(deadline) and deadline > 0):
@@ -98,7 +109,7 @@ def register(app: typer.Typer) -> None:
         if not logging.getLogger().handlers:
             logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
         store = None
-        if db is not None:
+        if db is not None and role != "incidents":  # the incident worker writes its own store
             from fabricscope.store.findings import DiagnosisStore
 
             store = DiagnosisStore(db)
@@ -153,6 +164,18 @@ def register(app: typer.Typer) -> None:
             w = ProbeWorker(cfg, fabric, probe_db, durable=durable, window_s=window, lateness_s=lateness,
                             retain_s=retain, method=method, on_findings=on_findings,
                             ack_wait_s=max(30.0, 2 * deadline))
+        elif role == "incidents":
+            from fabricscope.fabric.io import read_fabric
+            from fabricscope.service.incident_bus import IncidentWorker
+
+            assert inventory is not None
+
+            def on_incident(inc: Incident) -> None:
+                top = inc.root_causes[0] if inc.root_causes else None
+                cause = f"{top.fault} on {top.resource} (p={top.probability:.2f})" if top else "no root cause yet"
+                typer.echo(f"incident {inc.id} {inc.status}: {inc.title or cause}; {cause}")
+
+            w = IncidentWorker(cfg, read_fabric(inventory), durable=durable, on_incident=on_incident, db=db)
         else:
             w = Worker(cfg, durable=durable, detectors=_Shown(default_detectors().detectors), on_events=on_events)
         got: list[int] = []
@@ -186,12 +209,20 @@ def register(app: typer.Typer) -> None:
                 store.con.close()
             if tap_fh is not None:
                 tap_fh.close()
-        extra = ({"probe_samples": getattr(w, "samples", 0), "windows": getattr(w, "windows", 0)}
-                 if role == "probes" else {})
+        extra: dict[str, int] = {}
+        if role == "probes":
+            extra = {"probe_samples": getattr(w, "samples", 0), "windows": getattr(w, "windows", 0)}
+        elif role == "incidents":
+            extra = {"findings": getattr(w, "findings", 0), "incidents": len(getattr(w, "incidents", {})),
+                     "incident_updates": getattr(w, "published", 0)}
         if json_stats:
             from dataclasses import asdict
 
             typer.echo(json.dumps({**asdict(stats), "stored_findings": added[0], **extra}))
+        elif role == "incidents":
+            typer.echo(f"worker {durable}: {stats.batches} batches, {extra['findings']} findings, "
+                       f"{extra['incidents']} incidents ({extra['incident_updates']} updates published)"
+                       + (f"; stored in {db}" if db is not None else ""))
         elif extra:
             typer.echo(f"worker {durable}: {stats.batches} batches, {extra['probe_samples']} probe samples, "
                        f"{extra['windows']} windows analysed, {stats.findings_published} findings published, "

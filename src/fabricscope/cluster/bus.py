@@ -53,6 +53,7 @@ __all__ = [
     "connect",
     "ensure_streams",
     "findings_subject",
+    "incidents_subject",
     "probes_subject",
     "telemetry_subject",
 ]
@@ -91,6 +92,8 @@ class BusConfig:
     findings_prefix: str = "fs.findings"
     probes_stream: str = "FS_PROBES"
     probes_prefix: str = "fs.probes"
+    incidents_stream: str = "FS_INCIDENTS"
+    incidents_prefix: str = "fs.incidents"
     max_bytes: int = 1 << 30
     max_age_s: float = 24 * 3600.0
     duplicate_window_s: float = 120.0
@@ -142,6 +145,11 @@ def telemetry_subject(cfg: BusConfig, target: str) -> str:
 def findings_subject(cfg: BusConfig, kind: str) -> str:
     """``fs.findings.<kind>``."""
     return f"{cfg.findings_prefix}.{subject_token(kind)}"
+
+
+def incidents_subject(cfg: BusConfig, incident_id: str) -> str:
+    """``fs.incidents.<incident id>``."""
+    return f"{cfg.incidents_prefix}.{subject_token(incident_id)}"
 
 
 def probes_subject(cfg: BusConfig, src: str) -> str:
@@ -196,13 +204,14 @@ async def connect(cfg: BusConfig, *, disconnected_cb: Callback | None = None,
 
 
 async def ensure_streams(js: JetStreamContext, cfg: BusConfig) -> None:
-    """Create (or update to ``cfg``'s limits) the telemetry, findings and probe streams."""
+    """Create (or update to ``cfg``'s limits) the telemetry, findings, probe and incident streams."""
     storage = StorageType.FILE if cfg.storage == "file" else StorageType.MEMORY
     for name, prefix, discard in (
             (cfg.telemetry_stream, cfg.telemetry_prefix,
              DiscardPolicy.NEW if cfg.telemetry_discard == "new" else DiscardPolicy.OLD),
             (cfg.findings_stream, cfg.findings_prefix, DiscardPolicy.OLD),
-            (cfg.probes_stream, cfg.probes_prefix, DiscardPolicy.OLD)):
+            (cfg.probes_stream, cfg.probes_prefix, DiscardPolicy.OLD),
+            (cfg.incidents_stream, cfg.incidents_prefix, DiscardPolicy.OLD)):
         sc = StreamConfig(name=name, subjects=[f"{prefix}.>"], max_bytes=cfg.max_bytes, max_age=cfg.max_age_s,
                           duplicate_window=cfg.duplicate_window_s, storage=storage, discard=discard)
         try:

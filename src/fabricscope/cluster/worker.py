@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import nats.errors
+import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
@@ -153,6 +154,8 @@ class Worker:
         self.on_events = on_events
         self.filter_subject = filter_subject or f"{self.config.telemetry_prefix}.>"
         self.stream = self.config.telemetry_stream  # a subclass consumes another stream
+        self.finding_source = "telemetry"  # the Fs-Source header of the findings it publishes
+        self.replay = False  # True: start over from the stream's first message on every run
         self.fetch_batch = fetch_batch
         self.fetch_timeout_s = fetch_timeout_s
         self.ack_wait_s = ack_wait_s
@@ -201,6 +204,9 @@ class Worker:
             try:
                 if self.create_streams:
                     await ensure_streams(js, self.config)
+                if self.replay:  # a worker whose state is in memory rebuilds it from the stream
+                    with contextlib.suppress(nats.js.errors.NotFoundError):
+                        await js.delete_consumer(self.stream, self.durable)
                 psub = await js.pull_subscribe(self.filter_subject, durable=self.durable,
                                                stream=self.stream, config=cc)
                 await self._update_consumer(js, psub, cc)
@@ -308,7 +314,8 @@ class Worker:
             # meanwhile (in_progress resets ack_wait) rather than let it go to another worker
             while True:
                 try:
-                    await js.publish(subject, payload, headers={"Nats-Msg-Id": batch_id(payload)})
+                    await js.publish(subject, payload, headers={"Nats-Msg-Id": batch_id(payload),
+                                                                "Fs-Source": self.finding_source})
                     self._stats.findings_published += len(fs)
                     break
                 except Exception as exc:

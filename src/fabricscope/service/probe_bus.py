@@ -67,6 +67,7 @@ class ProbeWorker(Worker):
         super().__init__(cfg, durable=durable, detectors=DetectorSet([]), filter_subject=f"{cfg.probes_prefix}.>",
                          **kw)
         self.stream = cfg.probes_stream
+        self.finding_source = "probe"
         self.fabric = fabric
         self.method = method
         self.window_ns = int(window_s * 1e9)
