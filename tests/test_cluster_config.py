@@ -129,7 +129,8 @@ def test_worker_finds_stores_and_drains_on_sigterm(tmp_path: Path) -> None:
         pub.write(evs, [])  # at-least-once: the same events again are dropped by the worker
         assert pub.flush(10)
         pub.close()
-        w = _worker("--nats", url, "--durable", "t1", "--db", str(db), "--json-stats")
+        prom = tmp_path / "worker.prom"
+        w = _worker("--nats", url, "--durable", "t1", "--db", str(db), "--json-stats", "--metrics-file", str(prom))
         try:
             end = time.monotonic() + 20
             assert w.stdout is not None
@@ -146,6 +147,14 @@ def test_worker_finds_stores_and_drains_on_sigterm(tmp_path: Path) -> None:
         stats = json.loads(out.strip().splitlines()[-1])
         assert stats["unique_events"] == 3 and stats["duplicate_events"] == 3, stats
         assert stats["findings_published"] >= 1 and stats["stored_findings"] == stats["findings_published"]
+    # the textfile holds the final counters, in the exposition format Prometheus parses
+    from prometheus_client.parser import text_string_to_metric_families
+
+    fams = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
+    got = {smp.name: smp.value for f in fams.values() for smp in f.samples}
+    assert fams["fabricscope_bus_worker_batches"].type == "counter" and fams["fabricscope_bus_worker_lag"].type == "gauge"
+    assert got["fabricscope_bus_worker_unique_events_total"] == 3 and got["fabricscope_bus_worker_lag"] == 0, got
+    assert got["fabricscope_bus_worker_findings_published_total"] == stats["findings_published"]
     store = DiagnosisStore(db, read_only=True)
     try:
         n = store.con.execute("select count(*) from findings").fetchone()

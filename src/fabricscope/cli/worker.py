@@ -72,6 +72,12 @@ def register(app: typer.Typer) -> None:
                                        "many seconds past its end arrived."),
         retain: float = typer.Option(600.0, "--retain", help="--role probes: seconds of samples kept in --probe-db."),
         method: str = typer.Option("map", "--method", help="--role probes: map (default) or 007."),
+        metrics_file: Path | None = typer.Option(None, "--metrics-file", help="Write the worker's counters (batches, "
+                                                 "events, duplicates, findings, lag, ack-pending) to this Prometheus "
+                                                 "textfile every second (node_exporter's textfile collector exports "
+                                                 "it; name it *.prom)."),
+        stats_interval: float = typer.Option(30.0, "--stats-interval", help="Seconds between stats lines on "
+                                             "stderr (lag included; 0: none)."),
         tap: Path | None = typer.Option(None, "--tap", help="Append every new (de-duplicated) event to this file "
                                         "as JSON lines (debugging; grows without bound)."),
     ) -> None:
@@ -101,6 +107,10 @@ def register(app: typer.Typer) -> None:
         durable = durable or {"probes": "fs-probes", "incidents": "fs-incidents"}.get(role, "fs-detectors")
         if duration is not None and not (math.isfinite(duration) and duration > 0):
             raise ConfigError(f"--duration: expected a number of seconds > 0, got {duration:g}")
+        if not (math.isfinite(stats_interval) and stats_interval >= 0):
+            raise ConfigError(f"--stats-interval: expected a number of seconds >= 0, got {stats_interval:g}")
+        if metrics_file is not None and not metrics_file.parent.is_dir():
+            raise ConfigError(f"--metrics-file {metrics_file}: folder {metrics_file.parent} does not exist")
         if not (math.isfinite(deadline) and deadline > 0):
             raise ConfigError(f"--deadline: expected a number of seconds > 0, got {deadline:g}")
         cfg = bus_config(nats_url, client_name=f"fabricscope-worker-{durable}", user=user,
@@ -178,6 +188,24 @@ def register(app: typer.Typer) -> None:
             w = IncidentWorker(cfg, read_fabric(inventory), durable=durable, on_incident=on_incident, db=db)
         else:
             w = Worker(cfg, durable=durable, detectors=_Shown(default_detectors().detectors), on_events=on_events)
+        next_line = [time.monotonic() + stats_interval]
+
+        def on_stats(st: WorkerStats) -> None:
+            if metrics_file is not None:
+                from fabricscope.cli._textfile import write_textfile
+
+                try:
+                    write_textfile(metrics_file, st.metric_samples(), help_text=f"fabricscope worker {durable}")
+                except OSError as exc:
+                    logging.getLogger("fabricscope.cli").warning("--metrics-file %s: %s", metrics_file, exc)
+            if stats_interval > 0 and time.monotonic() >= next_line[0]:
+                next_line[0] = time.monotonic() + stats_interval
+                logging.getLogger("fabricscope.cli").info(
+                    "worker %s: %d batches, %d events, %d findings published, lag %d, ack pending %d%s", durable,
+                    st.batches, st.events, st.findings_published, st.lag, st.ack_pending,
+                    "" if st.connected else " (bus disconnected)")
+
+        w.on_stats = on_stats
         got: list[int] = []
 
         async def main() -> WorkerStats:

@@ -142,7 +142,8 @@ class Worker:
                  on_events: Callable[[list[TelemetryEvent]], None] | None = None,
                  filter_subject: str | None = None, fetch_batch: int = 16, fetch_timeout_s: float = 0.5,
                  ack_wait_s: float = 30.0, max_ack_pending: int = 256, dedup: Deduplicator | None = None,
-                 create_streams: bool = True, lag_interval_s: float = 1.0, compress: bool = True) -> None:
+                 create_streams: bool = True, lag_interval_s: float = 1.0, compress: bool = True,
+                 on_stats: Callable[[WorkerStats], None] | None = None) -> None:
         if not durable or any(c in durable for c in " .*>\t"):
             raise ConfigError(f"worker: durable: {durable!r} is not a valid consumer name")
         if fetch_batch < 1 or max_ack_pending < 1 or ack_wait_s <= 0:
@@ -163,6 +164,7 @@ class Worker:
         self.dedup = dedup or Deduplicator()
         self.create_streams = create_streams
         self.lag_interval_s = lag_interval_s
+        self.on_stats = on_stats  # called after every lag read (lag_interval_s) and at the end
         self.compress = compress
         self._stats = WorkerStats()
         self._stop: asyncio.Event | None = None
@@ -220,6 +222,8 @@ class Worker:
                 if time.monotonic() >= next_lag:
                     next_lag = time.monotonic() + self.lag_interval_s
                     await self._update_lag(psub)
+                    if self.on_stats is not None:
+                        self.on_stats(self.stats())
                 await self._tick(js)
                 try:
                     msgs = await psub.fetch(batch=self.fetch_batch, timeout=self.fetch_timeout_s)
@@ -236,6 +240,8 @@ class Worker:
                     await self._handle(js, msg)
             await self._finish(js)
             await self._update_lag(psub)
+            if self.on_stats is not None:
+                self.on_stats(self.stats())
         finally:
             # acks are fire-and-forget: a PING round trip makes sure the server has them
             with contextlib.suppress(Exception):
