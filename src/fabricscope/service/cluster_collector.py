@@ -2,18 +2,14 @@
 
 Composition (service layer): a :class:`~fabricscope.cluster.membership.MembershipThread`
 shares the config's device names (each device is one cluster target) over the live members;
-``on_acquire`` starts a one-device :class:`~fabricscope.telemetry.collector.Collector` on one
-shared asyncio loop, ``on_release`` stops it and waits until its streams are closed and its
-buffer is handed to the publisher, so a handover never streams one device twice. All of them
-write to one shared :class:`~fabricscope.cluster.bus.BusPublisher` (``fs.telemetry.<device>``).
-Detection runs in the workers (``fabricscope worker``), not here.
-
-Why one small Collector per device rather than a dynamic target API on Collector: the
-Collector's stream loop, stale watchdog, bounded buffer and drain-at-deadline are reused
-unchanged (and stay covered by their own tests); the price is one writer task and one gRPC
-channel per device (gRPC shares the TCP connection of identical channels), measured in
-``docs/benchmarks/cluster.md``. Design: ``docs/design/cluster-bus.md``,
-``docs/design/cluster-membership.md``.
+``on_acquire`` adds the device to one *dynamic* :class:`~fabricscope.telemetry.collector.Collector`
+(its stream loop, stale watchdog, bounded buffer and drain-at-deadline, unchanged and covered
+by their own tests), ``on_release`` removes it and waits until its streams are closed, so a
+handover never streams one device twice. The collector writes to a
+:class:`~fabricscope.cluster.bus.BusPublisher` (``fs.telemetry.<device>``). Detection runs in
+the workers (``fabricscope worker``), not here. Each device keeps its own gRPC channel (a
+switch is its own address). Measured in ``docs/benchmarks/cluster.md``. Design:
+``docs/design/cluster-bus.md``, ``docs/design/cluster-membership.md``.
 """
 
 from __future__ import annotations
@@ -143,43 +139,51 @@ class ClusterCollector:
             spill = sp.with_name(f"{sp.stem.removesuffix('.spill')}.{self.cluster.member}.bus-spill") if sp else None
             publisher = BusPublisher(bus_config(self.cluster, source=cfg.source), spill_path=spill)
         self.publisher = publisher
-        # the device collectors: no stats line each (one for the member), no spill of their own
-        # (their only sink never blocks; the publisher spills), detection in the workers
-        self._sub_base = replace(cfg, sinks=(), workers=1, cluster=None, stats_interval_ns=0)
-        self._running: dict[str, tuple[Collector, concurrent.futures.Future[object]]] = {}
-        self._closing: dict[str, threading.Event] = {}  # devices close() is stopping
+        # one dynamic collector for every owned device: no spill of its own (its only sink never
+        # blocks; the publisher spills), detection in the workers
+        sub = replace(cfg, targets=(), sinks=(), workers=1, cluster=None)
+        self._col = Collector(sub, sinks=[_SharedSink(self.publisher)], detectors=DetectorSet([]), spill=False,
+                              dynamic=True)
+        self._col_fut: concurrent.futures.Future[object] | None = None
+        self._held: set[str] = set()
         self._lock = threading.Lock()
         self._stats = ClusterCollectorStats(member=self.cluster.member, targets=len(self._device))
-        self._received_done = 0
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self._loop.run_forever, name="cluster-collect", daemon=True)
         self._membership = MembershipThread(self.cluster.nats, self.cluster.member, sorted(self._device),
                                             on_acquire=self._acquire, on_release=self._release,
                                             lease=self.lease, auth=auth)
         self._closed = False
+        self._timeout_s = cfg.shutdown_deadline_ns / 1e9 + 5.0
 
     # ---- membership callbacks (one dedicated thread; they may block)
 
     def _acquire(self, device: str) -> None:
-        t = self._device[device]
-        sub = replace(self._sub_base, targets=(replace(t, names=(device,)),))
-        col = Collector(sub, sinks=[_SharedSink(self.publisher)], detectors=DetectorSet([]), spill=False)
-        fut: concurrent.futures.Future[object] = asyncio.run_coroutine_threadsafe(col.run(), self._loop)
+        if self._closed:
+            return
+        # not waited for: the membership thread claims the next device at once (a takeover
+        # of hundreds of devices is not a round trip per device through a busy loop); the
+        # loop runs adds and removes in the order they were scheduled
+        fut = asyncio.run_coroutine_threadsafe(self._col.add_device(self._device[device], device), self._loop)
+        def failed(f: concurrent.futures.Future[None]) -> None:
+            if not f.cancelled() and f.exception() is not None:
+                log.error("cluster %s: cannot collect %s: %s", self.cluster.member, device, f.exception())
+
+        fut.add_done_callback(failed)
         with self._lock:
-            self._running[device] = (col, fut)
+            self._held.add(device)
             self._stats.acquired += 1
         log.debug("cluster %s: collecting %s", self.cluster.member, device)
 
     def _release(self, device: str) -> None:
         with self._lock:
-            item = self._running.pop(device, None)
-            closing = self._closing.get(device)
-        if item is None:
-            if closing is not None:  # close() is stopping it: the claim goes only after that
-                closing.wait(self.cfg.shutdown_deadline_ns / 1e9 + 5.0)
-            return
+            if device not in self._held:
+                return
+            self._held.discard(device)
         t0 = time.monotonic()
-        self._stop_one(*item)
+        if self._col_fut is not None and not self._col_fut.done():
+            with contextlib.suppress(RuntimeError):  # the loop is already closed
+                asyncio.run_coroutine_threadsafe(self._col.remove_device(device), self._loop).result(self._timeout_s)
         dt = time.monotonic() - t0
         with self._lock:
             self._stats.released += 1
@@ -187,22 +191,13 @@ class ClusterCollector:
             self._stats.release_max_s = max(self._stats.release_max_s, dt)
         log.debug("cluster %s: released %s", self.cluster.member, device)
 
-    def _stop_one(self, col: Collector, fut: concurrent.futures.Future[object]) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is already closed
-            self._loop.call_soon_threadsafe(col.stop)
-        try:
-            fut.result(timeout=self.cfg.shutdown_deadline_ns / 1e9 + 5.0)
-        except Exception as exc:  # a failed stream was logged by the collector; report, go on
-            log.warning("cluster %s: collector for %s ended with %s: %s", self.cluster.member,
-                        ",".join(n for t in col.cfg.targets for n in t.names), type(exc).__name__, exc)
-        with self._lock:
-            self._received_done += col.stats.received
-
     # ---- lifecycle
 
     def start(self, *, timeout_s: float = 30.0) -> None:
-        """Start the loop and join the cluster (raises the join error: NATS away, a name clash)."""
+        """Start the loop and the collector, join the cluster (raises the join error: NATS
+        away, a name clash)."""
         self._loop_thread.start()
+        self._col_fut = asyncio.run_coroutine_threadsafe(self._col.run(), self._loop)
         self._membership.start(timeout_s=timeout_s)
         log.info("cluster %s: joined %s (lease %g s) with %d devices", self.cluster.member, self.cluster.nats,
                  self.lease.lease_s, len(self._device))
@@ -210,44 +205,40 @@ class ClusterCollector:
     def held(self) -> frozenset[str]:
         """The devices collected now."""
         with self._lock:
-            return frozenset(self._running)
+            return frozenset(self._held)
 
     def stats(self) -> ClusterCollectorStats:
         """Held devices, acquisitions, events received and published, the publisher's health."""
         p = self.publisher.stats()
         with self._lock:
             s = replace(self._stats)
-            s.held = len(self._running)
-            s.received = self._received_done + sum(c.stats.received for c, _ in self._running.values())
+            s.held = len(self._held)
+        s.received = self._col.stats.received
         s.published_events, s.buffered_events = p.published_events, p.buffered_events
         s.dropped_events, s.lost_events, s.spilled_events = p.dropped_events, p.lost_events, p.spilled_events
         s.connected = p.connected
         return s
 
     def close(self, *, deadline_s: float | None = None) -> ClusterCollectorStats:
-        """Stop every device collector at once, leave the cluster, flush the publisher.
+        """Stop the collector, leave the cluster, flush the publisher.
 
-        The collectors stop first (in parallel: their buffers go to the publisher), then the
-        member leaves (its claims are deleted only after that, so the next owner never
-        overlaps this one), then the publisher gets what is left of ``deadline_s``
-        (default ``shutdown.deadline``) and spills the rest.
+        The collector stops first (every stream ends, its buffer goes to the publisher), then
+        the member leaves (its claims are deleted only after that, so the next owner never
+        overlaps this one), then the publisher gets what is left of ``deadline_s`` (default
+        ``shutdown.deadline``) and spills the rest.
         """
         if self._closed:
             return self.stats()
         self._closed = True
         deadline = self.cfg.shutdown_deadline_ns / 1e9 if deadline_s is None else deadline_s
         end = time.monotonic() + deadline
-        with self._lock:
-            items = list(self._running.items())
-            self._running.clear()
-            self._closing = {d: threading.Event() for d, _ in items}
-
-        def stop(kv: tuple[str, tuple[Collector, concurrent.futures.Future[object]]]) -> None:
-            self._stop_one(*kv[1])
-            self._closing[kv[0]].set()
-
-        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as ex:
-            list(ex.map(stop, items))
+        if self._col_fut is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._col.stop)
+            try:
+                self._col_fut.result(timeout=deadline + 5.0)
+            except Exception as exc:  # a failed stream was logged by the collector; report, go on
+                log.warning("cluster %s: collector ended with %s: %s", self.cluster.member, type(exc).__name__, exc)
         self._membership.stop(deadline_s=max(1.0, end - time.monotonic()))
         self.publisher.close(deadline_s=max(0.5, end - time.monotonic()))
         self._loop.call_soon_threadsafe(self._loop.stop)

@@ -31,7 +31,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -291,9 +291,17 @@ class Collector:
         seed: int = 0,
         fail_fast: bool = False,
         spill: Path | bool | None = None,
+        dynamic: bool = False,
     ) -> None:
         self.cfg = config
         self.fail_fast = fail_fast
+        # dynamic: devices come and go while it runs (add_device / remove_device: a cluster
+        # member's owned devices); it runs until stopped, even with none
+        self.dynamic = dynamic
+        self._stale: dict[str, float] = {}
+        self._conn_of: dict[str, _Conn] = {}
+        self._devices: dict[str, tuple[_Conn, list[asyncio.Task[None]]]] = {}
+        self._started = asyncio.Event()
         for t in config.targets:
             self._metadata(t)  # a missing password-env fails before any sink opens a file or port
         self.stats = CollectorStats()
@@ -351,9 +359,11 @@ class Collector:
                                           {"connection": t, "subscription": sub}, 1 if stale else 0))
         self._wake.set()
 
-    async def _watchdog(self, stale: dict[str, float], conn_of: dict[str, _Conn]) -> None:
+    async def _watchdog(self) -> None:
         """Stale streams -> logged, marked, reconnected; the periodic self-metrics line."""
-        tick = min([0.25, *(v / 4 for v in stale.values())])
+        stale, conn_of = self._stale, self._conn_of  # devices added later join these dicts
+        limits = [stale_after_s(self.cfg, s) for s in self.cfg.subscriptions.values()]
+        tick = min([0.25, *(v / 4 for v in limits if v is not None)])
         every = self.cfg.stats_interval_ns / 1e9
         next_stats = time.monotonic() + every if every > 0 else None
         while not self._stop.is_set():
@@ -696,29 +706,20 @@ class Collector:
         t_end = None if duration_s is None else time.monotonic() + duration_s
         await self.replay_spill()
         tasks: list[asyncio.Task[None]] = []
-        stale: dict[str, float] = {}
-        conn_of: dict[str, _Conn] = {}
         for t in self.cfg.targets:
             self._metadata(t)  # fail fast on a missing password-env
             conn = _Conn(self, t)
             self._conns.append(conn)
             for name in t.names:
-                for s in self.cfg.subscriptions_of(t):
-                    key = f"{t.name}/{name}/{s.name}"
-                    self.stats.targets.setdefault(key, TargetStats(key))
-                    conn.keys.append(key)
-                    conn_of[key] = conn
-                    thr = stale_after_s(self.cfg, s)
-                    if thr is not None:
-                        stale[key] = thr
-                    tasks.append(asyncio.create_task(self._subscription(conn, name, s)))
+                tasks.extend(self._start_streams(conn, name))
         receivers_done = asyncio.Event()
         writer = asyncio.create_task(self._writer(receivers_done))
-        watchdog = asyncio.create_task(self._watchdog(stale, conn_of))
+        watchdog = asyncio.create_task(self._watchdog())
         stop_wait = asyncio.ensure_future(self._stop.wait())
+        self._started.set()
         try:
             while not self._stop.is_set():
-                if all(tk.done() for tk in tasks):
+                if not self.dynamic and all(tk.done() for tk in tasks):
                     break
                 left = None if t_end is None else t_end - time.monotonic()
                 if left is not None and left <= 0:
@@ -736,6 +737,9 @@ class Collector:
             if not self._stop.is_set():
                 self.stop()
             stop_wait.cancel()
+            for _conn, dtasks in self._devices.values():
+                tasks.extend(dtasks)
+            self._devices.clear()
             for tk in (*tasks, watchdog):
                 tk.cancel()
             for tk in (*tasks, watchdog):
@@ -756,6 +760,65 @@ class Collector:
             if tk.done() and not tk.cancelled() and tk.exception() is not None:
                 raise TransportError(f"collector: {tk.exception()}")
         return self.stats
+
+    def _start_streams(self, conn: _Conn, name: str) -> list[asyncio.Task[None]]:
+        """One stream task per subscription of device ``name`` on ``conn`` (registered for
+        the watchdog)."""
+        out = []
+        for s in self.cfg.subscriptions_of(conn.t):
+            key = f"{conn.t.name}/{name}/{s.name}"
+            self.stats.targets.setdefault(key, TargetStats(key))
+            conn.keys.append(key)
+            self._conn_of[key] = conn
+            thr = stale_after_s(self.cfg, s)
+            if thr is not None:
+                self._stale[key] = thr
+            out.append(asyncio.create_task(self._subscription(conn, name, s)))
+        return out
+
+    async def add_device(self, t: TargetConfig, name: str) -> None:
+        """Start streaming device ``name`` of target entry ``t`` (a ``dynamic`` collector, on
+        its own loop, while :meth:`run` runs); its own connection. A no-op once stopping."""
+        if not self.dynamic:
+            raise ConfigError("collector: add_device needs a dynamic collector")
+        await self._started.wait()
+        if self._stop.is_set() or name in self._devices:
+            return
+        self._metadata(t)
+        conn = _Conn(self, replace(t, names=(name,)))
+        self._conns.append(conn)
+        self._devices[name] = (conn, self._start_streams(conn, name))
+
+    async def remove_device(self, name: str) -> None:
+        """Stop streaming ``name``: its streams are cancelled and awaited, its connection
+        closed. What it delivered stays in the buffer for the writer (nothing is dropped)."""
+        item = self._devices.pop(name, None)
+        if item is None:
+            return
+        conn, dtasks = item
+        for tk in dtasks:
+            tk.cancel()
+        for tk in dtasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await tk
+        for key in conn.keys:
+            self._stale.pop(key, None)
+            self._conn_of.pop(key, None)
+            self._calls.pop(key, None)
+            self._last_rx.pop(key, None)
+            self._waiting_first.discard(key)
+            self.stats.targets.pop(key, None)
+        with contextlib.suppress(ValueError):
+            self._conns.remove(conn)
+        for ch in (conn.channel, *conn.old):
+            with contextlib.suppress(Exception):
+                await ch.close()
+        if self.buffer is not None:
+            self.buffer.wake()  # hand what it delivered to the sinks now, not at the next flush
+
+    def devices(self) -> list[str]:
+        """The devices a dynamic collector streams now."""
+        return list(self._devices)
 
     def stop(self, *, now: bool = False) -> None:
         """Stop: receivers end, the writer drains until the shutdown deadline, then spills.
