@@ -167,12 +167,15 @@ def main() -> None:
     res["throughput"].append(throughput(3, a.devices, a.steady, path=COUNTERS, interval="5s"))
     res["embedded"] = embedded(a.devices, a.steady + 5.0)
     res["wall_s"] = time.monotonic() - t0
+    res["load_average_end"] = os.getloadavg()
     f = res["failover"]
     print(f"failover (kill -9 of 1 of 3 members, lease {a.lease:g} s, heartbeat {a.lease / 3:g} s, "
           f"{f['victim_devices']} devices): max {f['failover_max_s']:.2f} s, median {f['failover_median_s']:.2f} s; "
           f"lost {f['missing_takeover']} samples (takeover) + {f['missing_other']} other, duplicates "
           f"{f['duplicates']}, double-streamed sessions {f['session_overlaps']}")
     per_run = ", ".join(f"{r['failover_max_s']:.2f}/{r['failover_median_s']:.2f}" for r in res["failover_runs"])
+    resub = ", ".join(f"{r['resubscribed_max_s']:.2f}/{r['resubscribed_median_s']:.2f}" for r in res["failover_runs"])
+    print(f"  re-subscribed at the device, per run, max/median s: {resub}")
     owned = ", ".join(f"{r['owned_again_s']:.2f}" for r in res["failover_runs"])
     print(f"  per run, max/median s: {per_run}; claims owned again after {owned} s (the worst run above)")
     print("whole run (incl. start-up):")

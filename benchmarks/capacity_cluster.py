@@ -67,15 +67,15 @@ def main() -> None:
     ap.add_argument("--updates-per-port", type=float, default=UPDATES_PER_PORT_S)
     ap.add_argument("--changed-fraction", type=float, default=1.0,
                     help="share of updates that reach the bus (suppress-redundant / on-change drop the rest)")
-    ap.add_argument("--device-cpu-s", type=float, default=0.94e-3,
+    ap.add_argument("--device-cpu-s", type=float, default=1 / 2318,
                     help="collector CPU-s per owned device and second (bench_cluster.py, 1 collector)")
     ap.add_argument("--update-cpu-us", type=float, default=1e6 / 117_000,
                     help="collector CPU per update (bench_telemetry: 117k/CPU-s with detectors and DuckDB)")
     ap.add_argument("--publish-cpu-us", type=float, default=1e6 / 1.04e6, help="bus publisher (bench_cluster_bus)")
     ap.add_argument("--worker-event-cpu-us", type=float, default=1e6 / 227_000, help="bench_cluster_bus, batch 1000")
-    ap.add_argument("--worker-msg-cpu-ms", type=float, default=1e3 / 4236,
+    ap.add_argument("--worker-msg-cpu-ms", type=float, default=1e3 / 6717,
                     help="per message, 1-event messages (bench_cluster.py, 1 collector)")
-    ap.add_argument("--nats-msg-cpu-ms", type=float, default=1e3 / 6438, help="nats-server per 1-event message")
+    ap.add_argument("--nats-msg-cpu-ms", type=float, default=1e3 / 8896, help="nats-server per 1-event message")
     ap.add_argument("--nats-event-cpu-us", type=float, default=0.05 / 200_000 * 1e6,
                     help="nats-server per event at batch 1000 (bench_cluster_bus)")
     ap.add_argument("--batch-events", type=float, default=1000)
