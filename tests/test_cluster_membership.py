@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -36,6 +35,7 @@ from fabricscope.cluster.membership import (
     target_key,
 )
 from fabricscope.cluster.ring import assign
+from test_cluster_e2e import free_port, nats_server
 
 NATS = shutil.which("nats-server") or "/usr/sbin/nats-server"
 pytestmark = pytest.mark.skipif(not os.path.exists(NATS),
@@ -50,35 +50,11 @@ _MAIN = ("import fabricscope.cli as c, fabricscope.cli.cluster as k\n"
          "c.main()\n")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture()
 def nats_url() -> Iterator[str]:
-    port = _free_port()
-    store = tempfile.mkdtemp(prefix="fs-nats-")
-    proc = subprocess.Popen([NATS, "-js", "-sd", store, "-a", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                break
-            if time.monotonic() > deadline or proc.poll() is not None:
-                pytest.fail("nats-server did not start")
-            time.sleep(0.05)
-        yield f"nats://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(store, ignore_errors=True)
+    """A JetStream nats-server on a free loopback port (the shared helper of the cluster tests)."""
+    with nats_server() as url:
+        yield url
 
 
 def _register_cli() -> None:
@@ -500,7 +476,7 @@ def test_cli_bad_input_and_unreachable(tmp_path: Path, capsys: pytest.CaptureFix
     _register_cli()
     tfile = tmp_path / "t.txt"
     tfile.write_text("leaf-1\n")
-    dead = f"nats://127.0.0.1:{_free_port()}"
+    dead = f"nats://127.0.0.1:{free_port()}"
     cases = [
         (["cluster", "status", "--nats", dead], "cannot connect to NATS"),
         (["cluster", "member", "--nats", dead, "--name", "a", "--targets", str(tfile)],
@@ -524,7 +500,7 @@ def test_cli_bad_input_and_unreachable(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_unreachable_nats_is_one_line_in_a_real_process(tmp_path: Path) -> None:
     # In-process runs hide log records in pytest's capture; a real process shows every line.
-    dead = f"nats://127.0.0.1:{_free_port()}"
+    dead = f"nats://127.0.0.1:{free_port()}"
     r = subprocess.run([sys.executable, "-c", _MAIN, "cluster", "status", "--nats", dead],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
