@@ -318,7 +318,9 @@ def _wrong_last(exc: BaseException) -> bool:
 
 async def _connect(servers: str | Sequence[str], auth: NatsAuth, *, name: str,
                    connect_timeout_s: float = 2.0, rl: _RateLimitedLog | None = None,
-                   closing: Callable[[], bool] = lambda: False) -> Any:
+                   closing: Callable[[], bool] = lambda: False,
+                   on_disconnect: Callable[[], None] | None = None,
+                   on_reconnect: Callable[[], None] | None = None) -> Any:
     import nats
 
     rl = rl or _RateLimitedLog()
@@ -335,9 +337,15 @@ async def _connect(servers: str | Sequence[str], auth: NatsAuth, *, name: str,
             first.append(exc)
 
     async def _disc() -> None:
+        if on_disconnect is not None:
+            on_disconnect()
         if closing():
             return
         rl.warn("nats-disconnected", f"NATS {where}: disconnected, reconnecting")
+
+    async def _reconn() -> None:
+        if on_reconnect is not None:
+            on_reconnect()
 
     try:
         # A bounded first connect (an unreachable URL is an error, not a hang), then
@@ -345,7 +353,7 @@ async def _connect(servers: str | Sequence[str], auth: NatsAuth, *, name: str,
         nc = await nats.connect(
             servers=urls, name=name, connect_timeout=connect_timeout_s,
             max_reconnect_attempts=2, reconnect_time_wait=0.5, allow_reconnect=True,
-            error_cb=_err, disconnected_cb=_disc, **auth.connect_kwargs())
+            error_cb=_err, disconnected_cb=_disc, reconnected_cb=_reconn, **auth.connect_kwargs())
         nc.options["max_reconnect_attempts"] = -1
         nc_box.append(nc)
         return nc
@@ -459,6 +467,7 @@ class Membership:
         self._kv_m: Any = None
         self._kv_o: Any = None
         self._members: dict[str, _Seen] = {}
+        self._blind_since: float | None = None  # monotonic time this member lost the bus
         self._claims: dict[str, _Claim] = {}
         self._held: dict[str, _Held] = {}
         self._hb_rev = 0
@@ -494,7 +503,8 @@ class Membership:
         """
         self._wake = asyncio.Event()
         self._nc = await _connect(self._servers, self._auth, name=f"fabricscope-{self.name}",
-                                  rl=self._rl, closing=lambda: self._stopping)
+                                  rl=self._rl, closing=lambda: self._stopping,
+                                  on_disconnect=self._on_disconnect, on_reconnect=self._on_reconnect)
         try:
             js = self._nc.jetstream(timeout=max(2.0, self.lease.heartbeat))
             self._kv_m = await _bucket(js, self.lease.members_bucket, self.lease.lease_s,
@@ -687,6 +697,24 @@ class Membership:
             self._wake.set()
 
     # ---------------------------------------------------------------- liveness
+
+    def _on_disconnect(self) -> None:
+        if self._blind_since is None:
+            self._blind_since = time.monotonic()
+
+    def _on_reconnect(self) -> None:
+        """A peer is judged dead only on silence this member saw while connected: the time
+        it was cut off from the bus (a NATS restart, a partition of this member) does not
+        count against the others. Without this, every member would take every other's
+        targets after an outage longer than the lease. Safety does not depend on it: claims
+        are compare-and-set and a member that lost the bus fences itself."""
+        if self._blind_since is None:
+            return
+        blind = time.monotonic() - self._blind_since
+        self._blind_since = None
+        for seen in self._members.values():
+            seen.recv += blind
+        self._wake.set()
 
     def _fenced(self, now: float) -> bool:
         return self._hb_ok_send is None or (
