@@ -47,6 +47,16 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(
             False, "--force", help=f"Run a workload estimated above {2_000_000:,} flows per seed (hours of work).",
         ),
+        cc: str = typer.Option(
+            "ideal", "--cc",
+            help="Congestion control: ideal (max-min, no queues), dcqcn or hpcc (fluid transport: buffers, ECN, PFC).",
+        ),
+        buffer: str | None = typer.Option(None, "--buffer", help="With --cc dcqcn|hpcc: shared buffer per switch, e.g. 32MiB."),
+        ecn: str | None = typer.Option(None, "--ecn", help="With --cc dcqcn|hpcc: KMIN,KMAX,PMAX, e.g. 5KB,200KB,0.01."),
+        pfc: bool | None = typer.Option(None, "--pfc/--no-pfc", help="With --cc dcqcn|hpcc: lossless PFC (default on)."),
+        dcqcn_params: str = typer.Option(
+            "paper", "--dcqcn", help="With --cc dcqcn: parameter set paper (Zhu et al.) or nic-default.",
+        ),
     ) -> None:
         from rich.console import Console
         from rich.progress import (
@@ -67,7 +77,11 @@ def register(app: typer.Typer) -> None:
             scenario_from_flags,
             with_overrides,
         )
+        from fabricscope.sim.transport.config import transport_config_from_flags
 
+        if dcqcn_params != "paper" and cc != "dcqcn":
+            raise ConfigError("--dcqcn: only applies with --cc dcqcn")
+        transport = transport_config_from_flags(cc=cc, buffer=buffer, ecn=ecn, pfc=pfc, dcqcn=dcqcn_params)
         if no_plot and out is None:
             raise ConfigError("--no-plot: only applies with --out DIR (without --out nothing is plotted)")
         console = Console(highlight=False, soft_wrap=True)
@@ -120,10 +134,16 @@ def register(app: typer.Typer) -> None:
 
                 return cb
 
-            result = run_scenario(prep, progress=progress, record_utilization=out is not None)
+            if transport is None:
+                result = run_scenario(prep, progress=progress, record_utilization=out is not None)
+            else:
+                result = run_scenario(prep, progress=progress, record_utilization=False, transport=transport)
         console.print(format_table(result, width=console.width if console.is_terminal else None))
         for line in format_comparisons(result):
             console.print(line, soft_wrap=not console.is_terminal)
+        if transport is not None:
+            for r in result.runs:
+                console.print(_transport_line(r.label, r.seed, r.result.meta))
         partitioned: list[str] = []
         for r in result.runs:
             if r.result.unroutable or r.result.blocked:
@@ -149,6 +169,20 @@ def register(app: typer.Typer) -> None:
                 "the fabric is partitioned: unroutable flows in " + "; ".join(partitioned)
                 + " (check --fail / faults: a NIC or leaf lost its last link)"
             )
+
+
+def _transport_line(label: str, seed: int, meta: object) -> str:
+    """One line of queue / mark / pause / drop counters of a transport run."""
+    m = meta if isinstance(meta, dict) else {}
+    line = (
+        f"transport {label} seed {seed}: {m.get('cc')}{f' ({d})' if (d := m.get('dcqcn')) != '-' else ''}, pfc {'on' if m.get('pfc') else 'off'}: "
+        f"max queue {m.get('max_queue_KB')} KB, drops {m.get('drops_KB')} KB, ECN marks {m.get('ecn_marks')}, "
+        f"pause frames {m.get('pause_frames')} ({m.get('paused_links')} links paused {m.get('paused_us')} us), "
+        f"watchdog {m.get('watchdog_events')}"
+    )
+    if m.get("unfinished"):
+        line += f", unfinished flows {m.get('unfinished')} (simulated time limit)"
+    return line
 
 
 def _output_folder(out: Path) -> None:

@@ -30,7 +30,7 @@ import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,6 +43,9 @@ from fabricscope.sim.faults import Fault
 from fabricscope.sim.flows import Workload
 from fabricscope.sim.loadbalance import SCHEMES, Scheme, check_scheme
 from fabricscope.sim.results import SimResult
+
+if TYPE_CHECKING:
+    from fabricscope.sim.transport import TransportConfig
 
 _TOP_KEYS = frozenset({
     "name", "topology", "workload", "lb", "hash", "faults", "compare_healthy", "seeds", "seed",
@@ -695,9 +698,12 @@ def run_scenario(
     *,
     progress: Callable[[str], Progress] | None = None,
     record_utilization: bool = True,
+    transport: TransportConfig | None = None,
 ) -> ScenarioResult:
     """Run every (scheme, case, seed) of a scenario. ``progress(label)`` may return a
-    per-run callback ``(finished, total)`` for a progress bar."""
+    per-run callback ``(finished, total)`` for a progress bar. With ``transport`` every run
+    goes through the fluid transport engine (:mod:`fabricscope.sim.transport`) instead of
+    the ideal max-min engine; its counters are in each result's ``meta``."""
     prep = scenario if isinstance(scenario, Prepared) else prepare(scenario)
     sc = prep.scenario
     cases: list[tuple[str, tuple[Fault, ...]]] = []
@@ -711,6 +717,15 @@ def run_scenario(
             for seed in sc.seeds:
                 label = scheme if case == "healthy" else f"{scheme} ({case})"
                 cb = progress(f"{label} seed {seed}") if progress is not None else None
+                if transport is not None:
+                    from fabricscope.sim.transport import simulate_transport
+
+                    res = simulate_transport(
+                        prep.fabric, prep.workloads[seed], config=transport, lb=scheme,
+                        hash_config=sc.hash, faults=faults, seed=seed, progress=cb,
+                    ).sim
+                    runs.append(Run(scheme, case, seed, res))
+                    continue
                 res = simulate(
                     prep.fabric, prep.workloads[seed], lb=scheme, hash_config=sc.hash,
                     faults=faults, seed=seed, flowlet_bytes=sc.flowlet_bytes,

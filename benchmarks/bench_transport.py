@@ -1,0 +1,197 @@
+"""Benchmark of the fluid transport engine (docs/benchmarks/transport.md).
+
+Cases: the DCQCN fixed point of SIMULATION.md §4 (engine vs the CoNEXT'16 model); incasts
+32:1, 127:1 (2 MB) and 1023:1 (100 KB) and the 1,024-host leaf-spine permutations of
+SIMULATION.md §6 under DCQCN + PFC, beside the recorded htsim numbers (NSCC sender CC: a
+different congestion control, so the error is reported, not tuned away); time and memory
+against fabric size. Wall and CPU seconds are both printed: the machine is shared.
+
+    nice -n 10 .venv/bin/python benchmarks/bench_transport.py [--quick] [--scale 1024,4096,16384]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fabricscope.fabric.builders import leaf_spine_fabric
+from fabricscope.sim.engine import simulate
+from fabricscope.sim.flows import FlowSpec, Workload
+from fabricscope.sim.transport import (
+    NIC_DEFAULT,
+    PAPER,
+    DcqcnParams,
+    PfcConfig,
+    TransportConfig,
+    dcqcn_fixed_point,
+    simulate_transport,
+)
+from fabricscope.sim.workload.traffic import incast, permutation
+
+OUT = Path(__file__).parent / "results" / "transport.json"
+
+# SIMULATION.md §6 (htsim, NSCC sender CC; mean / p50 / p99 / max in us; wall s) and §2.
+HTSIM_PERM = {
+    "ecmp": ((351.0, 336.5, 761.5, 932.1), 4.9),
+    "spray": ((190.0, 190.7, 199.3, 202.1), 9.5),
+    "spray 4:1": ((614.1, 625.3, 770.3, 800.6), 8.5),
+    "spray 8:1": ((1188.0, 1238.0, 1423.0, 1446.0), 6.3),
+}
+HTSIM_INCAST = {  # (first, median, last) in us where recorded; None = not recorded
+    32: ((None, 5018.0, 5231.0), 0.1),
+    127: ((None, 21220.0, 21502.0), 0.6),
+    1023: ((None, None, 10556.0), None),
+}
+
+
+def _timed(fn: Any) -> tuple[Any, float, float]:
+    t, c = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - t, time.process_time() - c
+
+
+def _err(a: float, b: float | None) -> float | None:
+    return None if b is None else round((a / b - 1) * 100, 1)
+
+
+def fixed_point_cases(quick: bool) -> list[dict[str, object]]:
+    rows = []
+    ns = (1, 4, 16, 32) if quick else (1, 2, 4, 8, 10, 16, 32)
+    for gbps in (40, 100):
+        for n in ns:
+            fab = leaf_spine_fabric(leaves=2, hosts_per_leaf=n, spines=1, host_gbps=4 * gbps, uplink_gbps=gbps)
+            nics = [x.id for x in fab.nics]
+            w = Workload("fp", tuple(FlowSpec(i, nics[i], nics[n], 1e12) for i in range(n)))
+            ix = fab.index
+            up = [e for e in range(ix.n_edges) if ix.node_ids[ix.src[e]] == "leaf-000" and ix.tier[ix.dst[e]] == 2]
+            cfg = TransportConfig(mtu_bytes=1000, dt_ns=500.0, max_time_ns=200e6, dcqcn=PAPER)
+            r, wall, cpu = _timed(lambda: simulate_transport(fab, w, config=cfg, trace_edges=up, trace_every_ns=1000.0))  # noqa: B023
+            t, q = r.queue_trace_t_ns, r.queue_trace_bytes[:, 0]
+            tail = q[t > t[-1] * 2 / 3]
+            want = dcqcn_fixed_point(n, gbps * 1e9)[1]
+            rows.append({"case": f"DCQCN q* {gbps}G N={n}", "engine_KB": round(float(tail.mean()) / 1e3, 2),
+                         "sd_KB": round(float(tail.std()) / 1e3, 2), "model_KB": round(want / 1e3, 2),
+                         "error_pct": _err(float(tail.mean()), want), "wall_s": round(wall, 2), "cpu_s": round(cpu, 2)})
+            print(rows[-1], flush=True)
+    return rows
+
+
+def _cfg(params: DcqcnParams = PAPER, *, pfc: bool = True, cc: str = "dcqcn") -> TransportConfig:
+    return TransportConfig(cc=cc, dcqcn=params, pfc=PfcConfig(enabled=pfc))  # type: ignore[arg-type]
+
+
+def incast_cases(quick: bool) -> list[dict[str, object]]:
+    fab = leaf_spine_fabric(leaves=32, hosts_per_leaf=32, spines=32)
+    rows = []
+    variants = [(32, 2e6, PAPER, True, "dcqcn"), (127, 2e6, PAPER, True, "dcqcn"),
+                (1023, 100e3, PAPER, True, "dcqcn"), (32, 2e6, PAPER, False, "dcqcn"),
+                (32, 2e6, NIC_DEFAULT, True, "dcqcn"), (32, 2e6, PAPER, True, "hpcc"),
+                (127, 2e6, PAPER, True, "hpcc"), (1023, 100e3, PAPER, True, "hpcc")]
+    for n, size, params, pfc, cc in variants:
+        if quick and (n == 1023 or params is not PAPER or not pfc or cc != "dcqcn"):
+            continue
+        w = incast(fab, size, senders=n, seed=0)
+        ideal, iwall, _ = _timed(lambda: simulate(fab, w))  # noqa: B023
+        cfg = _cfg(params, pfc=pfc, cc=cc)
+        r, wall, cpu = _timed(lambda: simulate_transport(fab, w, config=cfg))  # noqa: B023
+        f = np.sort(r.sim.fct_us())
+        got = (float(f[0]), float(np.median(f)), float(f[-1]))
+        ref, hwall = HTSIM_INCAST[n]
+        fi = np.sort(ideal.fct_us())
+        rows.append({
+            "case": f"incast {n}:1 of {size / 1e6:g} MB, {cc if cc == 'hpcc' else 'DCQCN ' + params.name}, "
+                    f"PFC {'on' if pfc else 'off'}",
+            "first_median_last_us": [round(x, 1) for x in got],
+            "htsim_first_median_last_us": list(ref),
+            "error_pct": [_err(a, b) for a, b in zip(got, ref, strict=True)],
+            "ideal_first_median_last_us": [round(float(fi[0]), 1), round(float(np.median(fi)), 1), round(float(fi[-1]), 1)],
+            "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "ideal_wall_s": round(iwall, 2), "htsim_wall_s": hwall,
+            **r.stats.totals(),
+        })
+        print(rows[-1], flush=True)
+    return rows
+
+
+def permutation_cases(quick: bool) -> list[dict[str, object]]:
+    rows = []
+    for label, spines, lb, cc in (("ecmp", 32, "ecmp", "dcqcn"), ("spray", 32, "spray", "dcqcn"),
+                                  ("spray 4:1", 8, "spray", "dcqcn"), ("spray 8:1", 4, "spray", "dcqcn"),
+                                  ("ecmp", 32, "ecmp", "hpcc"), ("spray 4:1", 8, "spray", "hpcc"),
+                                  ("spray 8:1", 4, "spray", "hpcc")):
+        if quick and (label != "ecmp" or cc != "dcqcn"):
+            continue
+        fab = leaf_spine_fabric(leaves=32, hosts_per_leaf=32, spines=spines)
+        w = permutation(fab, 2_000_000, seed=0)
+        ideal, iwall, _ = _timed(lambda: simulate(fab, w, lb=lb))  # noqa: B023
+        cfg = _cfg(cc=cc)
+        r, wall, cpu = _timed(lambda: simulate_transport(fab, w, lb=lb, config=cfg))  # noqa: B023
+        s = r.sim.fct_stats_us()
+        got = (s["mean"], s["p50"], s["p99"], s["max"])
+        ref, hwall = HTSIM_PERM[label]
+        si = ideal.fct_stats_us()
+        rows.append({
+            "case": f"1024-host permutation 2 MB, {label}, {cc}", "mean_p50_p99_max_us": [round(x, 1) for x in got],
+            "htsim_mean_p50_p99_max_us": list(ref), "error_pct": [_err(a, b) for a, b in zip(got, ref, strict=True)],
+            "ideal_mean_p50_p99_max_us": [round(si[k], 1) for k in ("mean", "p50", "p99", "max")],
+            "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "ideal_wall_s": round(iwall, 2), "htsim_wall_s": hwall,
+            "speedup_vs_htsim_wall": round(hwall / wall, 2), **r.stats.totals(),
+        })
+        print(rows[-1], flush=True)
+    return rows
+
+
+def scaling_cases(hosts: list[int]) -> list[dict[str, object]]:
+    rows = []
+    for h in hosts:
+        per_leaf = 32 if h <= 1024 else 64
+        leaves = h // per_leaf
+        fab = leaf_spine_fabric(leaves=leaves, hosts_per_leaf=per_leaf, spines=per_leaf)
+        w = permutation(fab, 2_000_000, seed=0)
+        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        r, wall, cpu = _timed(lambda: simulate_transport(fab, w, config=_cfg()))  # noqa: B023
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        rows.append({"case": f"permutation 2 MB, ECMP, DCQCN+PFC, {h} hosts", "hosts": h,
+                     "sim_time_us": r.sim.meta["sim_time_us"], "steps": r.stats.steps,
+                     "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+                     "peak_rss_MiB": round(max(rss, rss0) / 1024, 1), "max_fct_us": round(r.sim.fct_stats_us()["max"], 1)})
+        print(rows[-1], flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a subset (CI smoke run)")
+    ap.add_argument("--scale", default="1024,4096", help="host counts for the scaling rows (comma separated)")
+    ap.add_argument("--only", default="fixed,incast,perm,scale", help="which groups to run")
+    args = ap.parse_args(argv)
+    groups = set(args.only.split(","))
+    t0, c0 = time.perf_counter(), time.process_time()
+    out: dict[str, object] = {"machine": "2 shared CPU cores (wall times noisy; CPU seconds beside them)",
+                              "python": sys.version.split()[0]}
+    if "fixed" in groups:
+        out["dcqcn_fixed_point"] = fixed_point_cases(args.quick)
+    if "incast" in groups:
+        out["incast"] = incast_cases(args.quick)
+    if "perm" in groups:
+        out["permutation"] = permutation_cases(args.quick)
+    if "scale" in groups:
+        out["scaling"] = scaling_cases([int(x) for x in args.scale.split(",") if x])
+    out["total_wall_s"] = round(time.perf_counter() - t0, 1)
+    out["total_cpu_s"] = round(time.process_time() - c0, 1)
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    if groups != {"fixed", "incast", "perm", "scale"} and OUT.exists():  # a partial run updates its groups
+        out = {**json.loads(OUT.read_text()), **out}
+    OUT.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,382 @@
+"""The compiled time-stepped loop of the fluid transport engine (no I/O, no Python objects).
+
+One step of ``dt`` does, in order: activate due flows; land the bytes whose link delay ended
+in their segment's egress queue (admission by the shared buffer: dynamic threshold when
+lossy, only a full buffer when PFC is on); let senders inject at their rate; serve every
+egress queue at its link rate unless PFC paused it (FIFO approximated by serving every
+segment in proportion to its bytes), marking ECN in proportion to the RED probability;
+update the PFC requests of every ingress queue (they reach the upstream sender one link
+delay later) and the watchdog; finish flows whose last byte arrived; integrate DCQCN.
+The physics and its limits are in docs/design/sim-transport.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from fabricscope.sim.transport.dcqcn import dcqcn_derivatives
+
+# ip: integer parameters
+(IP_L, IP_LCC, IP_CC, IP_PFC, IP_WD_DETECT, IP_WD_RESTORE, IP_STEPS, IP_TRACE_EVERY, IP_WD_FORWARD,
+ IP_CC_EVERY) = range(10)
+# fp: float parameters
+(FP_DT, FP_KMIN, FP_KMAX, FP_PMAX, FP_BUF_ALPHA, FP_PFC_ALPHA, FP_XOFF, FP_XON_DELTA, FP_MTU,
+ FP_TAU, FP_TAU_A, FP_TIMER, FP_BC, FP_F, FP_RAI, FP_G, FP_RMIN, FP_NIC_Q,
+ FP_ETA, FP_WAI, FP_MAX_STAGE) = range(21)
+N_IP, N_FP = 10, 21
+CC_NONE, CC_DCQCN, CC_HPCC = 0, 1, 2
+
+
+@numba.njit(cache=True, inline="always")
+def _occupancy(e, q, e_src_sw, qm, pe, st_qsum, st_maxq, kmin, kmax, pmax):  # type: ignore[no-untyped-def]
+    """Record the occupancy of egress ``e`` this step and its RED marking probability."""
+    if not e_src_sw[e]:  # a NIC's send queue is host memory: not a switch buffer, no ECN
+        return
+    q = max(q, 0.0)
+    qm[e] = q
+    st_qsum[e] += q
+    if q > st_maxq[e]:
+        st_maxq[e] = q
+    if q > kmax:
+        pe[e] = 1.0
+    elif q > kmin:
+        pe[e] = pmax * (q - kmin) / max(kmax - kmin, 1e-12)
+
+
+@numba.njit(cache=True)
+def _hpcc(f, step, lcc, cc_every, dt_cc, fp, fptr, fidx, s_edge, e_src_sw, e_cap, qm, txr,  # type: ignore[no-untyped-def]
+          f_line, f_rtt_steps, start_step, rc, rt, alpha, stage, hist_p, dt):
+    """HPCC (Li et al., SIGCOMM'19, Algorithm 1) on the fluid: INT gives every switch hop's
+    queue and tx rate one base RTT later; U is the most utilized hop, smoothed with weight
+    tau/T; the window is cut to Wc/(U/eta) + W_AI when U >= eta (or after maxStage additive
+    steps), else grows by W_AI; Wc follows once per RTT. ``rt`` holds Wc, ``alpha`` U."""
+    T = max(f_rtt_steps[f], 1) * dt
+    if stage[f] < 0:  # first look: W = Wc = one bandwidth-delay product
+        stage[f] = 0.0
+        rt[f] = f_line[f] * T
+        alpha[f] = 0.0
+    u = 0.0
+    for m in range(fptr[f], fptr[f + 1]):
+        e = s_edge[fidx[m]]
+        if e_src_sw[e]:
+            x = qm[e] / (e_cap[e] * T) + txr[e] / e_cap[e]
+            if x > u:
+                u = x
+    hist_p[step % lcc, f] = u
+    age = step - start_step[f]
+    if age % cc_every != 0:
+        return
+    d = min(f_rtt_steps[f], lcc - 1)
+    ud = hist_p[(step - d) % lcc, f] if age >= d else 0.0
+    alpha[f] += min(dt_cc / T, 1.0) * (ud - alpha[f])
+    eta, wai, max_stage = fp[FP_ETA], fp[FP_WAI], fp[FP_MAX_STAGE]
+    update = age % max(f_rtt_steps[f], 1) < cc_every  # Wc moves once per RTT
+    if alpha[f] >= eta or stage[f] >= max_stage:
+        w = rt[f] / max(alpha[f] / eta, 1e-9) + wai
+        if update:
+            stage[f] = 0.0
+            rt[f] = w
+    else:
+        w = rt[f] + wai
+        if update:
+            stage[f] += 1.0
+            rt[f] = w
+    rc[f] = min(max(w / T, 1e-6), f_line[f])
+
+
+@numba.njit(cache=True)
+def advance(  # type: ignore[no-untyped-def]
+    ip, fp,
+    s_flow, s_edge, s_in, s_w, s_last, ch_ptr, ch_idx, ch_frac, eptr, fptr, fidx, f0ptr, f0idx,
+    e_list, e_cap, e_delay, e_src, e_dst, e_src_sw, e_dst_sw, e_stuck, n_buf, n_hroom,
+    f_size, f_line, f_ready, f_gap, f_ndeps, kid_ptr, kid_idx, f_rtt_steps, f_tail_ns, f_ack_ns,
+    clock, q, arr, qe, ing, used, pr, req, wd_cnt, storm_until,
+    f_state, rc, rt, alpha, sent, delivered, lost, t_start, t_arrive, t_fct, start_step,
+    hist_p, hist_r, qd_acc, f_dep_ready, pe, qm, ain, txr, stage,
+    st_maxq, st_qsum, st_drop, st_mark, st_xoff, st_paused, st_wd, st_served,
+    trace_e, trace_buf, trace_t, trace_n,
+):
+    L = ip[IP_L]
+    lcc = ip[IP_LCC]
+    cc = ip[IP_CC]
+    pfc = ip[IP_PFC] != 0
+    wd_detect = ip[IP_WD_DETECT]
+    wd_restore = ip[IP_WD_RESTORE]
+    n_steps = ip[IP_STEPS]
+    trace_every = ip[IP_TRACE_EVERY]
+    wd_forward = ip[IP_WD_FORWARD] != 0  # watchdog action: forward (ignore pauses) or drop
+    dt = fp[FP_DT]
+    kmin, kmax, pmax = fp[FP_KMIN], fp[FP_KMAX], fp[FP_PMAX]
+    buf_alpha, pfc_alpha, xoff_static, xon_delta = fp[FP_BUF_ALPHA], fp[FP_PFC_ALPHA], fp[FP_XOFF], fp[FP_XON_DELTA]
+    mtu = fp[FP_MTU]
+    nic_q = fp[FP_NIC_Q]
+    n_f = f_size.shape[0]
+    n_e = e_cap.shape[0]
+    t = clock[0]
+    step = np.int64(clock[1])
+    done = 0
+    for f in range(n_f):
+        if f_state[f] >= 2:
+            done += 1
+    rescan = True
+    n_active = 0
+    next_ready = np.inf
+    cc_every = ip[IP_CC_EVERY]
+    dt_cc = dt * cc_every
+    for _ in range(n_steps):
+        if done == n_f:
+            break
+        slot = step % L
+        # ---------------------------------------------------------- activate
+        if rescan or t + 1e-9 >= next_ready:  # only when a start time is due or deps changed
+            rescan = False
+            n_active = 0
+            next_ready = np.inf
+            for f in range(n_f):
+                if f_state[f] == 0 and f_ndeps[f] == 0:
+                    if f_ready[f] <= t + 1e-9:
+                        f_state[f] = 1
+                        t_start[f] = t
+                        start_step[f] = step
+                        rc[f] = f_line[f]
+                        rt[f] = f_line[f]
+                        alpha[f] = 1.0
+                    elif f_ready[f] < next_ready:
+                        next_ready = f_ready[f]
+                if f_state[f] == 1:
+                    n_active += 1
+        if n_active == 0:
+            idle = True
+            for e in range(n_e):
+                if qe[e] > 1e-9:
+                    idle = False
+                    break
+            if idle:
+                for k in range(L):  # bytes still on a wire
+                    for s in range(q.shape[0]):
+                        if arr[k, s] > 1e-9:
+                            idle = False
+                            break
+                    if not idle:
+                        break
+            if idle:
+                if next_ready == np.inf:
+                    break  # nothing will ever run again (blocked or finished)
+                jump = max(np.int64(math.ceil((next_ready - t) / dt)), np.int64(1))
+                t += jump * dt
+                step += jump
+                for e in range(n_e):
+                    for k in range(L):
+                        pr[k, e] = req[e]
+                rescan = True
+                continue
+        # ---------------------------------------------------------- arrivals
+        for s in range(q.shape[0]):
+            b = arr[slot, s]
+            if b <= 0.0:
+                continue
+            arr[slot, s] = 0.0
+            e = s_edge[s]
+            f = s_flow[s]
+            if step < storm_until[e] and not wd_forward:
+                st_drop[e] += b
+                lost[f] += b
+                continue
+            adm = b
+            if e_src_sw[e]:
+                node = e_src[e]
+                free = n_buf[node] - used[node]
+                allowed = free if pfc else min(free, buf_alpha * free - qe[e])
+                if allowed < adm:
+                    adm = max(allowed, 0.0)
+                    st_drop[e] += b - adm
+                    lost[f] += b - adm
+                used[node] += adm
+            q[s] += adm
+            qe[e] += adm
+            ain[e] += adm
+            if s_in[s] >= 0:
+                ing[s_in[s]] += adm
+        # ---------------------------------------------------------- senders
+        for f in range(n_f):
+            if f_state[f] != 1:
+                continue
+            left = f_size[f] + lost[f] - sent[f]
+            if left <= 0.0:
+                continue
+            want = min(rc[f] * dt, left)
+            given = 0.0
+            cap_q = max(nic_q, 2.0 * f_line[f] * dt)  # a QP keeps two steps of data ready
+            for m in range(f0ptr[f], f0ptr[f + 1]):
+                s = f0idx[m]
+                room = cap_q * s_w[s] - q[s]
+                if room <= 0.0:
+                    continue
+                x = min(want * s_w[s], room)
+                q[s] += x
+                qe[s_edge[s]] += x
+                ain[s_edge[s]] += x
+                given += x
+            sent[f] += given
+        # ---------------------------------------------------------- service
+        for ei in range(e_list.shape[0]):
+            e = e_list[ei]
+            pe[e] = 0.0
+            qm[e] = 0.0
+            a_in = ain[e]
+            ain[e] = 0.0
+            txr[e] = 0.0
+            if qe[e] <= 0.0:
+                wd_cnt[e] = 0
+                continue
+            stormed = step < storm_until[e]
+            paused = pr[slot, e] != 0 and not stormed
+            if stormed and not wd_forward:  # watchdog "drop": flush the queue
+                tot = 0.0
+                for s in range(eptr[e], eptr[e + 1]):
+                    x = q[s]
+                    if x <= 0.0:
+                        continue
+                    q[s] = 0.0
+                    lost[s_flow[s]] += x
+                    if s_in[s] >= 0:
+                        ing[s_in[s]] -= x
+                    tot += x
+                qe[e] = 0.0
+                st_drop[e] += tot
+                if e_src_sw[e]:
+                    used[e_src[e]] -= tot
+                continue
+            if paused:
+                _occupancy(e, qe[e] - 0.5 * a_in, e_src_sw, qm, pe, st_qsum, st_maxq, kmin, kmax, pmax)
+                st_paused[e] += 1
+                if wd_detect > 0:
+                    wd_cnt[e] += 1
+                    if wd_cnt[e] >= wd_detect:
+                        storm_until[e] = step + wd_restore
+                        st_wd[e] += 1
+                        wd_cnt[e] = 0
+                continue
+            wd_cnt[e] = 0
+            frac = min(1.0, e_cap[e] * dt / qe[e])
+            tot = 0.0
+            d = (step + e_delay[e]) % L
+            for s in range(eptr[e], eptr[e + 1]):
+                x = q[s] * frac
+                if x <= 0.0:
+                    continue
+                q[s] -= x
+                tot += x
+                if s_in[s] >= 0:
+                    ing[s_in[s]] -= x
+                if s_last[s]:
+                    delivered[s_flow[s]] += x
+                else:
+                    for c in range(ch_ptr[s], ch_ptr[s + 1]):
+                        arr[d, ch_idx[c]] += x * ch_frac[c]
+            # The queue a packet sees, and what is recorded, is the mean occupancy over the
+            # step: in a continuous fluid the step's arrivals and departures overlap, so it is
+            # the start-of-step queue plus half of (arrivals - departures) (docs: step size).
+            _occupancy(e, qe[e] - 0.5 * (a_in + tot), e_src_sw, qm, pe, st_qsum, st_maxq, kmin, kmax, pmax)
+            qe[e] = max(qe[e] - tot, 0.0)
+            txr[e] = tot / dt
+            if e_src_sw[e]:
+                used[e_src[e]] = max(used[e_src[e]] - tot, 0.0)
+            st_mark[e] += tot * pe[e]
+            st_served[e] += tot
+        # ---------------------------------------------------------- PFC
+        for ei in range(e_list.shape[0]):
+            e = e_list[ei]
+            if e_stuck[e]:
+                if req[e] == 0:
+                    st_xoff[e] += 1
+                req[e] = 1
+            elif pfc and e_dst_sw[e]:
+                node = e_dst[e]
+                if xoff_static > 0.0:
+                    xoff = xoff_static
+                else:
+                    xoff = pfc_alpha * max(n_buf[node] - n_hroom[node] - used[node], 0.0)
+                    xoff = max(xoff, 2.0 * mtu)
+                if req[e] != 0:
+                    if ing[e] <= max(xoff - xon_delta, 0.0):
+                        req[e] = 0
+                elif ing[e] > xoff:
+                    req[e] = 1
+                    st_xoff[e] += 1
+            pr[(step + e_delay[e]) % L, e] = req[e]
+        # ---------------------------------------------------------- flows
+        t_next = t + dt
+        for f in range(n_f):
+            if f_state[f] != 1:
+                continue
+            if delivered[f] >= f_size[f] * (1.0 - 1e-9):
+                f_state[f] = 2
+                done += 1
+                n_active -= 1
+                if kid_ptr[f + 1] > kid_ptr[f]:
+                    rescan = True
+                arrive = t_next + f_tail_ns[f]
+                t_arrive[f] = arrive
+                t_fct[f] = arrive + f_ack_ns[f] - t_start[f]
+                for k in range(kid_ptr[f], kid_ptr[f + 1]):
+                    c = kid_idx[k]
+                    f_ndeps[c] -= 1
+                    if arrive > f_dep_ready[c]:
+                        f_dep_ready[c] = arrive
+                    if f_ndeps[c] == 0:
+                        f_ready[c] = max(f_ready[c], f_dep_ready[c]) + f_gap[c]
+                continue
+            lg = 0.0
+            qd = 0.0
+            for m in range(fptr[f], fptr[f + 1]):
+                s = fidx[m]
+                e = s_edge[s]
+                if pe[e] > 0.0:
+                    lg += s_w[s] * math.log1p(-min(pe[e], 1.0 - 1e-12))
+                qd += s_w[s] * qe[e] / e_cap[e]
+            qd_acc[f] += qd * dt
+            if cc == CC_NONE:
+                continue
+            if cc == CC_HPCC:
+                _hpcc(f, step, lcc, cc_every, dt_cc, fp, fptr, fidx, s_edge, e_src_sw, e_cap, qm, txr,
+                      f_line, f_rtt_steps, start_step, rc, rt, alpha, stage, hist_p, dt)
+                continue
+            h = step % lcc
+            hist_p[h, f] = -math.expm1(lg)
+            hist_r[h, f] = rc[f]
+            if (step - start_step[f]) % cc_every != 0:
+                continue
+            # Marks are taken at dequeue (as DCQCN deployments configure switches), so the
+            # signal travels the rest of the path and back as a CNP: one base RTT, whatever
+            # the queueing delay the data itself sees.
+            delay = min(f_rtt_steps[f], lcc - 1)
+            if step - start_step[f] >= delay:
+                k = (step - delay) % lcc
+                pd = hist_p[k, f]
+                rd = hist_r[k, f]
+            else:
+                pd = 0.0
+                rd = f_line[f]
+            drc, drt, da = dcqcn_derivatives(
+                rc[f], rt[f], alpha[f], pd, rd, mtu, fp[FP_TAU], fp[FP_TAU_A], fp[FP_TIMER],
+                fp[FP_BC], fp[FP_F], fp[FP_RAI], fp[FP_G],
+            )
+            rc[f] = min(max(rc[f] + drc * dt_cc, fp[FP_RMIN]), f_line[f])
+            rt[f] = min(max(rt[f] + drt * dt_cc, fp[FP_RMIN]), f_line[f])
+            alpha[f] = min(max(alpha[f] + da * dt_cc, 0.0), 1.0)
+        # ---------------------------------------------------------- trace
+        if trace_every > 0 and step % trace_every == 0 and trace_n[0] < trace_buf.shape[0]:
+            r = trace_n[0]
+            trace_t[r] = t
+            for k in range(trace_e.shape[0]):
+                trace_buf[r, k] = qm[trace_e[k]]
+            trace_n[0] = r + 1
+        t = t_next
+        step += 1
+    clock[0] = t
+    clock[1] = step
+    return done

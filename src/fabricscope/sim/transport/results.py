@@ -1,0 +1,80 @@
+"""What a transport run adds to a flow result: per-link queue, mark, pause and drop counters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from fabricscope.sim.results import SimResult
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class TransportStats:
+    """Counters per directed link (index = fabric edge index) over the whole run.
+
+    max_queue_bytes / mean_queue_bytes: egress queue watermark and time average
+    drop_bytes:     bytes dropped at the egress (full buffer, dynamic threshold, watchdog)
+    marked_packets: ECN-marked packets (marked bytes / MTU)
+    pause_frames:   XOFF transitions sent upstream by the receiver of the link
+    paused_ns:      time the link's sender was paused while it had bytes to send
+    watchdog_events: times the PFC watchdog declared the link's queue stormed
+    served_bytes:   bytes the link carried
+    """
+
+    edge_ids: tuple[str, ...]
+    max_queue_bytes: FloatArray
+    mean_queue_bytes: FloatArray
+    drop_bytes: FloatArray
+    marked_packets: FloatArray
+    pause_frames: IntArray
+    paused_ns: FloatArray
+    watchdog_events: IntArray
+    served_bytes: FloatArray
+    sim_time_ns: float
+    dt_ns: float
+    steps: int
+
+    def totals(self) -> dict[str, float]:
+        """Fabric-wide figures (what ``fabricscope sim --cc`` prints)."""
+        return {
+            "max_queue_KB": round(float(self.max_queue_bytes.max(initial=0.0)) / 1e3, 3),
+            "drops_KB": round(float(self.drop_bytes.sum()) / 1e3, 3),
+            "ecn_marks": round(float(self.marked_packets.sum()), 1),
+            "pause_frames": int(self.pause_frames.sum()),
+            "paused_links": int((self.paused_ns > 0).sum()),
+            "paused_us": round(float(self.paused_ns.sum()) / 1e3, 3),
+            "watchdog_events": int(self.watchdog_events.sum()),
+        }
+
+    def hottest_queues(self, k: int = 5) -> list[dict[str, object]]:
+        """The ``k`` links with the highest queue watermark."""
+        order = np.argsort(-self.max_queue_bytes, kind="stable")[:k]
+        return [
+            {"link": self.edge_ids[int(e)], "max_queue_KB": round(float(self.max_queue_bytes[e]) / 1e3, 3),
+             "mean_queue_KB": round(float(self.mean_queue_bytes[e]) / 1e3, 3),
+             "paused_us": round(float(self.paused_ns[e]) / 1e3, 3)}
+            for e in order if self.max_queue_bytes[e] > 0
+        ]
+
+
+@dataclass(frozen=True)
+class TransportResult:
+    """A flow result (same fields as the ideal engine's) plus the transport counters.
+
+    ``queue_trace_t_ns`` / ``queue_trace_bytes`` sample the egress queue of the links asked for
+    (``trace_edges``) every ``trace_every_ns``; ``queueing_delay_ns`` is each flow's mean
+    queueing delay over its lifetime (what its RTT carried on top of the base RTT).
+    """
+
+    sim: SimResult
+    stats: TransportStats
+    trace_edges: IntArray
+    queue_trace_t_ns: FloatArray
+    queue_trace_bytes: FloatArray
+    queueing_delay_ns: FloatArray
+    unfinished: int
