@@ -166,15 +166,27 @@ def test_real_agents_publish_and_the_worker_cli_stores_every_sample(nats_server:
     worker = subprocess.Popen([*CLI, "worker", "--role", "probes", "--nats", nats_server.url, "-i", str(inv),
                                "--probe-db", str(pdb), "--window", "2", "--lateness", "1", "--json-stats"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    agents = [subprocess.Popen([*CLI, "probe", "agent", "-i", str(inv), "--self", h, "--nats", nats_server.url,
-                                "--rate", "200", "--epoch", "3600", "--stats-interval", "0"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-              for h in ("host0000", "host0001")]
+    logs = [tmp_path / f"agent{k}.log" for k in range(2)]
+    agents = []
+    for h, lg in zip(("host0000", "host0001"), logs, strict=True):
+        with lg.open("w") as fh:
+            agents.append(subprocess.Popen([*CLI, "probe", "agent", "-i", str(inv), "--self", h, "--nats",
+                                            nats_server.url, "--rate", "200", "--epoch", "3600",
+                                            "--stats-interval", "1"], stdout=subprocess.PIPE, stderr=fh, text=True))
+
+    def sent(lg: Path) -> int:
+        lines = [ln for ln in lg.read_text().splitlines() if ln.startswith("probe agent: sent ")]
+        return int(lines[-1].split()[3]) if lines else 0
+
     try:
-        time.sleep(8.0)
+        # every agent probing for about 6 s (start-up takes seconds on a busy machine)
+        end = time.monotonic() + 90
+        while time.monotonic() < end and min(sent(lg) for lg in logs) < 6 * 200:
+            assert all(a.poll() is None for a in agents), [lg.read_text()[-1000:] for lg in logs]
+            time.sleep(0.5)
         for a in agents:
             a.send_signal(signal.SIGTERM)
-        outs = [a.communicate(timeout=30) for a in agents]
+        outs = [(a.communicate(timeout=30)[0], lg.read_text()) for a, lg in zip(agents, logs, strict=True)]
         time.sleep(3.0)  # the worker takes the last flushes
         worker.send_signal(signal.SIGTERM)
         w_out, w_err = worker.communicate(timeout=30)
@@ -185,19 +197,19 @@ def test_real_agents_publish_and_the_worker_cli_stores_every_sample(nats_server:
                 p.communicate()
     assert [a.returncode for a in agents] == [143, 143], [e for _, e in outs]
     assert worker.returncode == 143, w_err
-    sent = 0
+    total = 0
     for out, err in outs:
         final = json.loads(out.strip().splitlines()[-1])
         line = next(ln for ln in err.splitlines() if " published " in ln)
         published = int(line.split(" published ")[1].split()[0])
         assert published == final["samples_stored"] == final["probes_sent"] > 0, err
         assert ", lost 0" in line and "Traceback" not in err
-        sent += published
+        total += published
     stats = json.loads(w_out.strip().splitlines()[-1])
-    assert stats["probe_samples"] == sent and stats["decode_errors"] == 0, stats
+    assert stats["probe_samples"] == total and stats["decode_errors"] == 0, stats
     assert stats["windows"] >= 2, stats
     st = ProbeStore(pdb)
-    assert st.count() == sent
+    assert st.count() == total
     st.close()
     assert "Traceback" not in w_err
 
