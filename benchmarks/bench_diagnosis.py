@@ -11,8 +11,12 @@ fault-free runs. Each runs every instrument on the twin for ``--duration`` simul
 lasts 50 ms to 3 s), replays the findings into
 the correlator and scores the incidents' root causes as NIKA does: set precision / recall / F1
 over (resource, fault type) pairs, plus localization-only and type-only F1. The
-knowledge-tree baseline (diagnosis/baseline.py) reads the same findings. Time to correct root
-cause: first simulated time the pair is named, minus the fault's onset.
+knowledge-tree baseline (diagnosis/baseline.py) reads the same findings. Both run active checks
+on the twin (diagnosis/checks.py: the same checks at the same modelled costs; the coordinator
+all at once, the tree one after another) unless --no-checks; each is also replayed without
+checks, and the coordinator once more with a case base retained from the earlier scenarios.
+Time to correct root cause: first simulated time the pair is named, minus the fault's onset
+(and minus the first report that implicates the faulty resource: the diagnosis proper).
 
 Prints tables and writes benchmarks/results/diagnosis.json.
 """
@@ -32,17 +36,22 @@ from typing import Any
 
 import numpy as np
 
-from fabricscope.diagnosis.baseline import knowledge_tree
+from fabricscope.diagnosis.baseline import TreeWalker
+from fabricscope.diagnosis.cases import Case, CaseBase, signature_of
 from fabricscope.diagnosis.graph import ResourceMap
 from fabricscope.diagnosis.knowledge import load_kb
 from fabricscope.diagnosis.scoring import ScenarioScore, macro_f1, micro, score_scenario
 from fabricscope.fabric.builders import rail_optimized_fabric
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.service.instruments import ScenarioSpec
+from fabricscope.service.instruments.checks import TwinChecks
 from fabricscope.service.supervise_twin import (
     DEFAULT_PARAMS,
     NS,
+    LoopResult,
+    TreeSide,
     default_instruments,
+    replay,
     run_loop,
     truth_pairs,
 )
@@ -144,25 +153,52 @@ def scenarios(f: Fabric, args: argparse.Namespace, job_gpus: list[str]) -> list[
     return out
 
 
-def baseline_timeline(findings: list[Any], kb: Any, rmap: ResourceMap,
-                      tick_ns: int, end_ns: int) -> tuple[list[tuple[str, str]], list[tuple[int, set[tuple[str, str]]]]]:
+def baseline_timeline(findings: list[Any], kb: Any, rmap: ResourceMap, tick_ns: int, end_ns: int,
+                      checks: TwinChecks | None
+                      ) -> tuple[list[tuple[str, str]], list[tuple[int, list[tuple[str, str]]]], int]:
+    """The knowledge-tree baseline over the same findings, through the same driver as the
+    coordinator (supervise_twin.replay), with its checks on ``checks`` (None: no checks)."""
     def res_of(subject: str, kind: str) -> tuple[str, ...]:
         return rmap.resources(subject, kind)
 
-    tl: list[tuple[int, set[tuple[str, str]]]] = []
-    i = 0
-    now = tick_ns
-    last: set[tuple[str, str]] = set()
-    while now <= end_ns:
-        j = i
-        while j < len(findings) and findings[j].reported_ns <= now:
-            j += 1
-        if j > i:
-            i = j
-            last = {rc.key for rc in knowledge_tree(findings[:j], kb, res_of)}
-            tl.append((now, last))
-        now += tick_ns
-    return sorted(last), tl
+    walker = TreeWalker(kb, res_of, checks=checks is not None)
+    tl, _ = replay(findings, TreeSide(walker), checks, tick_ns=tick_ns, end_ns=end_ns)
+    return sorted(walker.named), tl, len(checks.log) if checks is not None else 0
+
+
+def _first(tl: list[tuple[int, list[tuple[str, str]]]], pair: tuple[str, str]) -> int | None:
+    return next((t for t, ps in tl if pair in ps), None)
+
+
+def detected_at(rmap: ResourceMap, kb: Any, res: LoopResult, f: Fault, pair: tuple[str, str]) -> int | None:
+    """When the first finding that implicates the fault's resource was reported (both sides
+    see it at the same time): the start of diagnosis proper."""
+    kind = kb.types[pair[1]].resource
+    for o in res.findings:  # in reported order
+        if o.reported_ns >= f.start_ns and (
+                pair[0] in rmap.resources(o.subject, kind, near=True) or o.subject == pair[0]):
+            return o.reported_ns
+    return None
+
+
+def retain(cb: CaseBase, rmap: ResourceMap, kb: Any, res: LoopResult,
+           truth: list[tuple[Fault, tuple[str, str]]], tag: str) -> None:
+    """Case-based reasoning's *retain*: every injected fault becomes a case, as an operator
+    resolving the incident would file it (its true type; the findings of the incident that
+    touched the faulty resource). Only later scenarios retrieve it."""
+    by_id = {o.id: o for o in res.findings}
+    for k, (_f, (resource, fault)) in enumerate(truth):
+        kind = kb.types[fault].resource
+        for inc in res.incidents:
+            mine = [by_id[i] for i in inc.findings if i in by_id]
+            if not any(resource in rmap.resources(o.subject, kind, near=True) for o in mine):
+                continue
+            sig = signature_of(mine, resource)
+            cb.add(Case(id=f"case-{tag}-{k}", title=f"{fault} on {resource}", fault=fault,
+                        resource_kind=kind, signature=tuple(sorted(sig.items())),
+                        resolution=f"benchmark scenario {tag}: {fault} on {resource}", date="",
+                        resource=resource, source=f"scenario {tag}"))
+            break
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -177,26 +213,60 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
           f"{len(fabric.links)} cables; {len(scen)} scenarios of {args.duration:.0f} s; "
           f"job on {len(jg)} GPUs", flush=True)
     rows = []
+    case_base = CaseBase()
     t_start = time.perf_counter()
     for n, sc in enumerate(scen):
         spec = ScenarioSpec(fabric, sc["faults"], args.duration, args.seed * 1000 + n)
         t0 = time.perf_counter()
-        res = run_loop(spec, instruments, kb=kb, tick_s=args.tick)
+        c0 = time.process_time()
+        active = not args.no_checks
+        runner = TwinChecks(spec) if active else None
+        res = run_loop(spec, instruments, kb=kb, tick_s=args.tick, checks=runner)
+        cpu_ours = time.process_time() - c0
+        passive = run_loop(spec, instruments, kb=kb, tick_s=args.tick, findings=res.findings) \
+            if active else res
         wall = time.perf_counter() - t0
         truth = truth_pairs(fabric, kb, sc["faults"])
         tp = [p for _, p in truth]
         ours = res.predicted()
-        base, btl = baseline_timeline(res.findings, kb, rmap, int(args.tick * NS),
-                                      int(args.duration * NS))
+        tick_ns, end_ns = int(args.tick * NS), int(args.duration * NS)
+        c1 = time.process_time()
+        base, btl, bchecks = baseline_timeline(res.findings, kb, rmap, tick_ns, end_ns,
+                                               TwinChecks(spec) if active else None)
+        cpu_base = time.process_time() - c1
+        with_cases = run_loop(spec, instruments, kb=kb, tick_s=args.tick, findings=res.findings,
+                              checks=TwinChecks(spec) if active else None,
+                              cases=case_base) if len(case_base) else res
+        n_cases = len(case_base)
+        retain(case_base, rmap, kb, res, truth, str(n))
+        base_p, btl_p, _ = baseline_timeline(res.findings, kb, rmap, tick_ns, end_ns, None) \
+            if active else (base, btl, 0)
         s_ours = score_scenario(tp, ours)
         s_base = score_scenario(tp, base)
-        ttrc, ttrc_b = [], []
+        ttrc, ttrc_b, ttrc_p, ttrc_bp, dtrc, dtrc_b, ttrc_c = [], [], [], [], [], [], []
+
+        def since(t: int | None, t0: int | None) -> float | None:
+            return None if t is None or t0 is None else max(0.0, (t - t0) / NS)
+
         for f, pair in truth:
-            t = res.first_named(pair)
-            ttrc.append(None if t is None else max(0.0, (t - f.start_ns) / NS))
-            tb = next((tt for tt, ps in btl if pair in ps), None)
-            ttrc_b.append(None if tb is None else max(0.0, (tb - f.start_ns) / NS))
+            det = detected_at(rmap, kb, res, f, pair)
+            t, tb = res.first_named(pair), _first(btl, pair)
+            ttrc.append(since(t, f.start_ns))
+            ttrc_b.append(since(tb, f.start_ns))
+            dtrc.append(since(t, det))
+            dtrc_b.append(since(tb, det))
+            ttrc_p.append(since(passive.first_named(pair), f.start_ns))
+            ttrc_c.append(since(with_cases.first_named(pair), f.start_ns))
+            ttrc_bp.append(since(_first(btl_p, pair), f.start_ns))
         rows.append({
+            "passive": passive.predicted(), "baseline_passive": base_p,
+            "_sp": score_scenario(tp, passive.predicted()), "_bp": score_scenario(tp, base_p),
+            "ttrc_passive_s": ttrc_p, "ttrc_baseline_passive_s": ttrc_bp,
+            "dtrc_s": dtrc, "dtrc_baseline_s": dtrc_b,
+            "with_cases": with_cases.predicted(), "_sc": score_scenario(tp, with_cases.predicted()),
+            "ttrc_cases_s": ttrc_c, "cases_before": n_cases,
+            "checks": len(runner.log) if runner is not None else 0, "checks_baseline": bchecks,
+            "cpu_ours_s": round(cpu_ours, 3), "cpu_baseline_s": round(cpu_base, 3),
             "group": sc["group"], "kinds": [f.kind for f in sc["faults"]],
             "truth": tp, "ours": ours, "baseline": base,
             "score": _s(s_ours), "baseline_score": _s(s_base),
@@ -220,7 +290,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.hours > 0:
         spec = ScenarioSpec(fabric, [], args.hours * 3600.0, args.seed + 99)
         t0 = time.perf_counter()
-        res = run_loop(spec, instruments, kb=kb, tick_s=args.tick)
+        res = run_loop(spec, instruments, kb=kb, tick_s=args.tick,
+                       checks=None if args.no_checks else TwinChecks(spec))
         wall = time.perf_counter() - t0
         cpu = sum(res.seconds.values())
         out["fault_free_hours"] = {"hours": args.hours, "incidents": len(res.incidents),
@@ -261,6 +332,55 @@ def summarize(rows: list[dict[str, Any]], args: argparse.Namespace, fabric: Fabr
         print(f"{g:12} {d['n']:4d} {d['f1']:6.3f} {d['precision']:6.3f} {d['recall']:6.3f} "
               f"{d['loc_f1']:7.3f} {d['type_f1']:8.3f} {d['baseline_f1']:8.3f} "
               f"{d['baseline_loc_f1']:9.3f} {d['incidents']:10d}")
+    if any("_sp" in r for r in rows):
+        print()
+        print("active checks on / off (F1 over (resource, type) pairs; same findings):")
+        print(f"{'group':12} {'ours+checks':>12} {'ours passive':>13} {'tree+checks':>12} {'tree passive':>13}")
+        out["checks_f1"] = {}
+        for g in ("single", "concurrent", "all"):
+            rs = [r for r in rows if g == "all" or r["group"] == g]
+            if not rs:
+                continue
+            v = [round(micro([r[k] for r in rs]).f1, 4) for k in ("_s", "_sp", "_b", "_bp")]
+            out["checks_f1"][g] = dict(zip(("ours", "ours_passive", "baseline", "baseline_passive"), v,
+                                           strict=True))
+            print(f"{g:12} {v[0]:12.3f} {v[1]:13.3f} {v[2]:12.3f} {v[3]:13.3f}")
+        out["checks_run"] = {"ours_median": statistics.median(r["checks"] for r in rows),
+                             "baseline_median": statistics.median(r["checks_baseline"] for r in rows),
+                             "ours_total": sum(r["checks"] for r in rows),
+                             "baseline_total": sum(r["checks_baseline"] for r in rows)}
+        print(f"checks run per scenario (median): ours {out['checks_run']['ours_median']}, "
+              f"tree {out['checks_run']['baseline_median']}")
+        print()
+        print("case base (cases retained from earlier scenarios only; with checks):")
+        out["cases_f1"] = {}
+        for g in ("single", "concurrent", "all"):
+            rs = [r for r in rows if (g == "all" or r["group"] == g) and r["cases_before"] > 0]
+            if not rs:
+                continue
+            v = [round(micro([r[k] for r in rs]).f1, 4) for k in ("_s", "_sc")]
+            out["cases_f1"][g] = {"n": len(rs), "without": v[0], "with": v[1]}
+            print(f"  {g:12} n={len(rs):3d}: F1 without {v[0]:.3f}, with {v[1]:.3f}")
+        out["time_pairs"] = {}
+        print()
+        print("time to correct root cause on the faults both found (median s, paired):")
+        for label, a_key, b_key in (("from onset, with checks", "ttrc_s", "ttrc_baseline_s"),
+                                    ("from detection, with checks", "dtrc_s", "dtrc_baseline_s"),
+                                    ("from onset, passive", "ttrc_passive_s", "ttrc_baseline_passive_s"),
+                                    ("from onset, checks + cases", "ttrc_cases_s", "ttrc_baseline_s")):
+            pr = [(a, b) for r in rows for a, b in zip(r[a_key], r[b_key], strict=True)
+                  if a is not None and b is not None]
+            if not pr:
+                continue
+            ma, mb = statistics.median(a for a, _ in pr), statistics.median(b for _, b in pr)
+            sa, sb = sum(a for a, _ in pr), sum(b for _, b in pr)
+            gain = 1 - sa / sb if sb > 0 else None
+            out["time_pairs"][label] = {"n": len(pr), "ours_median": ma, "baseline_median": mb,
+                                        "ours_mean": sa / len(pr), "baseline_mean": sb / len(pr),
+                                        "mean_reduction": gain}
+            print(f"  {label:30} n={len(pr):3d}: ours {ma:6.2f} s, tree {mb:6.2f} s (medians); "
+                  f"means {sa / len(pr):6.2f} vs {sb / len(pr):6.2f} s"
+                  + (f" ({gain:+.0%} lower)" if gain is not None else ""))
     # time to root cause, faults both found
     ours = [t for r in rows for t in r["ttrc_s"] if t is not None]
     base = [t for r in rows for t in r["ttrc_baseline_s"] if t is not None]
@@ -317,6 +437,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--hours", type=float, default=1.0,
                     help="also run this many fault-free simulated hours (0: skip)")
+    ap.add_argument("--no-checks", action="store_true",
+                    help="passive evidence only (no active checks on either side)")
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--partial", default="", help="also write the summary so far to this file "
                     "every 5%% of the scenarios")

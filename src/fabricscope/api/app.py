@@ -310,8 +310,10 @@ def create_app(state: ConsoleState, settings: ApiSettings,
 
     @app.post("/api/v1/incidents/{id}/approve", tags=["incidents"])
     def approve(id: str, body: dict[str, Any] = Body(...)) -> dict[str, Any]:
-        """Approve one of the incident's proposed actions (``{"action": "..."}``). Recorded,
-        not executed: this release has no action executor."""
+        """Approve one of the incident's proposed actions (``{"action": "..."}``). Executed
+        when the console runs with actions on (``approve`` / ``auto``), an executor is
+        configured and the action is on the allow-list of reversible ones; otherwise
+        recorded only. Either way the answer and the incident's history say which."""
         inc = _incident_or_404(id)
         action = body.get("action")
         note = body.get("note", "")
@@ -323,8 +325,8 @@ def create_app(state: ConsoleState, settings: ApiSettings,
             raise HTTPException(400, f"action: not one of the incident's proposed actions "
                                      f"({'; '.join(proposed) or 'none'}), got {action!r}")
         return {"approval": {"by": a.by, "at_s": a.at_s, "action": a.action,
-                             "executed": False},
-                "detail": "approval recorded; not executed (no action executor in this release)"}
+                             "executed": a.executed, "result": a.result},
+                "detail": "approval recorded; " + a.result}
 
     @app.get("/api/v1/findings", tags=["findings"])
     def findings(source: str | None = None, kind: str | None = None,

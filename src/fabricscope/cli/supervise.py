@@ -15,7 +15,9 @@ FABRIC: an inventory file (.yaml/.json) or a builder spec such as rail-optimized
 
 --fault KIND:SUBJECT[@START[-END]][,KEY=VALUE...]: KIND one of the twin's fault kinds (gray-loss, link-flap, link-down, link-degraded, congestion, micro-burst, pfc-storm, optic-degrading, switch-fault, nic-fault, slow-nic, slow-gpu, cpu-starved), SUBJECT an inventory id (a direction a->b or a cable a|b for link faults, a port, a switch, a NIC, host/gpuN, a host), START/END times from the start (30s, 2m), parameters optional with defaults (gray-loss loss=0.02, slow-nic factor=0.2, ...); optic-degrading takes mode=aging-laser|dirty-connector|bent-fiber|hot-module (each with its own DOM signature, CRC errors and probe loss from the RS(544,514) FEC cliff) or the default generic drift.
 
-Prints each incident (root cause, probability, time from the first symptom to the root cause, proposed action) and, with faults given, the injected truth against what was concluded. Actions are proposed, never executed: execution needs an approval step this release does not have.
+While it diagnoses, the coordinator runs active checks against the twin for its competing hypotheses, all at once, each with its modelled cost on the simulated clock (a gNMI Get of the suspect's port counters twice a second apart, its negotiated speed, an on-demand transceiver read); their results are evidence like any finding and are listed in the incident (--no-checks: passive evidence only).
+
+Prints each incident (root cause, probability, time from the first symptom to the root cause, proposed action) and, with faults given, the injected truth against what was concluded. Actions are proposed, not executed here: the console (fabricscope serve) executes an approved action from the allow-list when an executor is configured.
 
 Examples:
 
@@ -47,6 +49,12 @@ def register(app: typer.Typer) -> None:
                                        help="DuckDB file to store findings and incidents in"),
         webhook: str | None = typer.Option(None, "--webhook",
                                            help="POST each new or changed incident (JSON) here"),
+        cases: list[Path] = typer.Option([], "--cases",
+                                         help="case-base folder (repeat): the coordinator "
+                                              "consults its cases and the packaged seeds"),
+        checks: bool = typer.Option(True, "--checks/--no-checks",
+                                    help="run active checks against the twin for competing "
+                                         "hypotheses"),
     ) -> None:
         from fabricscope.cli._outputs import check_output_file
         from fabricscope.service.supervise_loop import print_run, run_supervise
@@ -57,7 +65,8 @@ def register(app: typer.Typer) -> None:
             check_output_file(db, flag="--db")
         doc = run_supervise(twin=twin, faults=fault, duration=duration, tick=tick,
                             instruments=instruments, kb_dirs=kb, seed=seed, db=db,
-                            webhook=webhook, progress=lambda m: typer.echo(m, err=True))
+                            webhook=webhook, checks=checks, case_dirs=cases,
+                            progress=lambda m: typer.echo(m, err=True))
         print_run(doc, echo=typer.echo)
         if json_out is not None:
             json_out.write_text(json.dumps(doc, indent=1))

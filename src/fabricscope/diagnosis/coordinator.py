@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from fabricscope.diagnosis.cases import CaseBase, signature_of
 from fabricscope.diagnosis.knowledge import KnowledgeBase
 from fabricscope.diagnosis.model import Observed, RootCause
 from fabricscope.diagnosis.specialists import (
@@ -46,6 +47,15 @@ class CoordinatorParams:
     material: float = 0.1
     max_causes: int = 4
     min_log_odds: float = 0.0
+    #: Active checks: propose them for the hypotheses within ``check_margin`` log-odds of the
+    #: best one (competitors), at most ``max_checks`` per diagnosis (0: propose none).
+    max_checks: int = 0
+    check_margin: float = 9.0
+    #: Case base (:mod:`fabricscope.diagnosis.cases`): a conclusion whose explained findings
+    #: resemble a past case of the same fault type (similarity >= ``case_min_similarity``)
+    #: gains ``case_weight`` x similarity log-odds (a prior from experience, a tie-breaker).
+    case_weight: float = 1.5
+    case_min_similarity: float = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +66,8 @@ class Diagnosis:
     rejected: tuple[tuple[RootCause, str], ...]  # (conclusion, why the verifier refused it)
     unexplained: tuple[str, ...]  # finding ids no accepted root cause explains
     considered: int  # hypotheses assessed
+    #: active checks that would separate the competing hypotheses: (kind, resource, for)
+    wanted: tuple[tuple[str, str, tuple[str, str]], ...] = ()
 
 
 def _prob(best: float, rivals: Sequence[float]) -> float:
@@ -72,8 +84,13 @@ def diagnose(
     *,
     now_ns: int,
     params: CoordinatorParams = CoordinatorParams(),
+    cases: CaseBase | None = None,
 ) -> Diagnosis:
-    """Root causes for ``findings`` (one incident's), ranked by probability."""
+    """Root causes for ``findings`` (one incident's), ranked by probability.
+
+    ``cases``: past incidents; a conclusion similar to one of its type gains log-odds
+    (:attr:`CoordinatorParams.case_weight`) and cites the case in its evidence.
+    """
     if not findings:
         return Diagnosis((), (), (), 0)
     kb: KnowledgeBase = next(iter(team.values())).kb
@@ -87,7 +104,10 @@ def diagnose(
         a = team[h.specialist].assess(h, index, coverage, onset_ns=onset, now_ns=now_ns)
         scored.append(Assessment(a.hypothesis, a.log_odds,
                                  tuple(i for i in a.explains if i in ids), a.checks,
-                                 a.excluded, a.self_evidence, a.primary))
+                                 a.excluded, a.self_evidence, a.primary, a.checked_out))
+    notes: dict[Hypothesis, str] = {}
+    if cases is not None and len(cases):
+        scored = [_with_case(a, cases, index, params, notes) for a in scored]
     scored.sort(key=lambda a: (-a.log_odds, a.hypothesis.fault, a.hypothesis.resource))
     unexplained = set(ids)
     accepted: list[RootCause] = []
@@ -106,7 +126,9 @@ def diagnose(
         overlap = [b for b in scored if b is not a and set(b.explains) & set(new)]
         p = _prob(a.log_odds, [b.log_odds for b in overlap if b.primary])
         rc = _root_cause(a, p, kb, index, [b for b in overlap if not b.primary
-                                           and b.log_odds > a.log_odds - 3.0])
+                                           and not b.checked_out
+                                           and b.log_odds > a.log_odds - 3.0],
+                         notes.get(a.hypothesis, ""))
         why = _verify(a, p, new, weight, total, params, index)
         if why:
             rejected.append((rc, why))
@@ -114,7 +136,30 @@ def diagnose(
         accepted.append(rc)
         unexplained.difference_update(a.explains)
     accepted.sort(key=lambda r: -r.probability)
-    return Diagnosis(tuple(accepted), tuple(rejected), tuple(sorted(unexplained)), len(scored))
+    wanted = _wanted(scored, team, index, params, now_ns) if params.max_checks > 0 else ()
+    return Diagnosis(tuple(accepted), tuple(rejected), tuple(sorted(unexplained)), len(scored),
+                     wanted)
+
+
+def _wanted(scored: Sequence[Assessment], team: Mapping[str, Specialist], index: FindingIndex,
+            params: CoordinatorParams, now_ns: int) -> tuple[tuple[str, str, tuple[str, str]], ...]:
+    """The active checks of the competing hypotheses (best first), one per (kind, resource):
+    every one of them runs at once, so the answer waits for the slowest, not for the sum."""
+    if not scored:
+        return ()
+    best = scored[0].log_odds
+    out: dict[tuple[str, str], tuple[str, str]] = {}
+    for a in scored:
+        if a.log_odds < best - params.check_margin or len(out) >= params.max_checks:
+            break
+        if a.excluded:
+            continue
+        h = a.hypothesis
+        for kind in team[h.specialist].checks_for(h, index, now_ns):
+            out.setdefault((kind, h.resource), (h.resource, h.fault))
+            if len(out) >= params.max_checks:
+                break
+    return tuple((k, r, f) for (k, r), f in out.items())
 
 
 def _verify(a: Assessment, p: float, new: Sequence[str], weight: Mapping[str, float],
@@ -137,8 +182,25 @@ def _verify(a: Assessment, p: float, new: Sequence[str], weight: Mapping[str, fl
     return ""
 
 
+def _with_case(a: Assessment, cases: CaseBase, index: FindingIndex, params: CoordinatorParams,
+               notes: dict[Hypothesis, str]) -> Assessment:
+    """``a`` with the case base's support: the most similar past case of its fault type
+    (case-based reasoning's *retrieve* and *reuse*, Aamodt & Plaza 1994)."""
+    if not a.primary:
+        return a
+    h = a.hypothesis
+    sig = signature_of([index.items[i] for i in a.explains], h.resource)
+    best = cases.retrieve(sig, 1, fault=h.fault)
+    if not best or best[0][1] < params.case_min_similarity:
+        return a
+    case, sim = best[0]
+    notes[h] = (f"similar past case {case.id} (similarity {sim:.2f}, +{params.case_weight * sim:.2f}"
+                f" log-odds): {case.resolution[:160]}")
+    return replace(a, log_odds=a.log_odds + params.case_weight * sim)
+
+
 def _root_cause(a: Assessment, p: float, kb: KnowledgeBase, index: FindingIndex,
-                open_: Sequence[Assessment] = ()) -> RootCause:
+                open_: Sequence[Assessment] = (), case_note: str = "") -> RootCause:
     h: Hypothesis = a.hypothesis
     t = kb.types[h.fault]
     ev = []
@@ -149,6 +211,8 @@ def _root_cause(a: Assessment, p: float, kb: KnowledgeBase, index: FindingIndex,
         names = sorted({f"{b.hypothesis.fault} on {b.hypothesis.resource}" for b in open_})
         ev.append("not excluded yet (their defining symptoms not observed): "
                   + ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else ""))
+    if case_note:
+        ev.append(case_note)
     action = t.actions[0].action if t.actions else ""
     return RootCause(resource=h.resource, fault=h.fault, probability=round(p, 4),
                      explains=a.explains, evidence=tuple(ev), checks=a.checks, action=action,

@@ -24,12 +24,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from fabricscope.diagnosis.cases import CaseBase
+from fabricscope.diagnosis.checks import CheckOutcome, CheckRequest
 from fabricscope.diagnosis.coordinator import CoordinatorParams, Diagnosis, diagnose
 from fabricscope.diagnosis.graph import ResourceMap, resource_kind
 from fabricscope.diagnosis.knowledge import KnowledgeBase
 from fabricscope.diagnosis.model import Incident, Observed, RootCause
 from fabricscope.diagnosis.normalize import normalize
 from fabricscope.diagnosis.specialists import (
+    CHECK_TTL_NS,
     Coverage,
     FindingIndex,
     Specialist,
@@ -48,6 +51,11 @@ class CorrelatorParams:
     close_after_ns: int = 600 * NS
     unexplained_after_ns: int = 120 * NS
     coordinator: CoordinatorParams = field(default_factory=CoordinatorParams)
+    #: Propose active checks (:mod:`fabricscope.diagnosis.checks`) for the competing
+    #: hypotheses of each changed incident, ``max_checks`` at a time; take them with
+    #: :meth:`Correlator.take_checks`, return what they found with :meth:`Correlator.add_outcome`.
+    active_checks: bool = False
+    max_checks: int = 8
 
 
 @dataclass
@@ -60,14 +68,16 @@ class _Group:
     incident: Incident | None = None
     named: dict[tuple[str, str], int] = field(default_factory=dict)
     diagnosis: Diagnosis | None = None
+    checked: list[str] = field(default_factory=list)  # what active checks found, in order
 
 
 class Correlator:
     """Findings in, incidents out (see the module docstring)."""
 
     def __init__(self, rmap: ResourceMap, kb: KnowledgeBase, coverage: Coverage, *,
-                 params: CorrelatorParams | None = None) -> None:
+                 params: CorrelatorParams | None = None, cases: CaseBase | None = None) -> None:
         self.rmap = rmap
+        self.cases = cases
         self.kb = kb
         self.coverage = coverage
         self.params = params or CorrelatorParams()
@@ -79,6 +89,12 @@ class Correlator:
         self._seen: dict[str, Observed] = {}
         self._by_symptom: dict[tuple[str, str, str], str] = {}
         self._settle_ns = max(coverage.latency_ns.values(), default=0) + 1
+        self._coord = self.params.coordinator
+        if self.params.active_checks and self._coord.max_checks == 0:
+            self._coord = replace(self._coord, max_checks=self.params.max_checks)
+        # (kind, resource) -> (group id, when requested)
+        self._requested: dict[tuple[str, str], tuple[str, int]] = {}
+        self._pending: list[CheckRequest] = []
 
     # -- union-find ----------------------------------------------------------------------
     def _find(self, g: str) -> str:
@@ -103,6 +119,7 @@ class Correlator:
         old.dirty = True
         for k, t in new.named.items():
             old.named[k] = min(t, old.named.get(k, t))
+        old.checked.extend(new.checked)
         del self._groups[new.id]
         return old.id
 
@@ -144,6 +161,38 @@ class Correlator:
                 self._owner[r] = root
             self._groups[self._find(root)].dirty = True
 
+    # -- active checks -----------------------------------------------------------------------
+    def _request(self, g: _Group, d: Diagnosis, now_ns: int) -> None:
+        for kind, res, for_ in d.wanted:
+            prev = self._requested.get((kind, res))
+            if prev is not None and now_ns - prev[1] <= CHECK_TTL_NS:
+                continue
+            self._requested[(kind, res)] = (g.id, now_ns)
+            self._pending.append(CheckRequest(kind, res, now_ns, for_))
+
+    def take_checks(self) -> list[CheckRequest]:
+        """The active checks proposed since the last call (each (kind, resource) once)."""
+        out, self._pending = self._pending, []
+        return out
+
+    def add_outcome(self, outcome: CheckOutcome) -> None:
+        """Take what an active check found: its findings join like any other, what it
+        decided becomes evidence of absence, and the incident that asked re-diagnoses."""
+        self.index.record(outcome)
+        if outcome.present:
+            self.add(outcome.present)
+        gid = self._requested.get(outcome.request.key, ("", 0))[0]
+        if gid in self._parent:
+            g = self._groups.get(self._find(gid))
+            if g is not None:
+                g.dirty = True
+                got = ", ".join(sorted({f"{o.kind} on {o.subject}" for o in outcome.present}))
+                g.checked.append(
+                    f"checked: {outcome.request.kind} on {outcome.request.resource} "
+                    f"(for {outcome.request.for_[1]}) at {outcome.request.requested_ns / NS:.2f}"
+                    f"-{outcome.done_ns / NS:.2f} s: {got or 'nothing it decides is present'}"
+                    + (f" [{outcome.detail}]" if outcome.detail else ""))
+
     # -- output ----------------------------------------------------------------------------
     def tick(self, now_ns: int) -> list[Incident]:
         """Diagnose the incidents that changed, open / close by the lifecycle rules; return
@@ -161,8 +210,9 @@ class Correlator:
                 g.dirty = False
                 obs = [self._seen[i] for i in g.members]
                 d = diagnose(obs, self.team, self.index, self.coverage, now_ns=now_ns,
-                             params=p.coordinator)
+                             params=self._coord, cases=self.cases)
                 g.diagnosis = d
+                self._request(g, d, now_ns)
                 for rc in d.root_causes:
                     g.named.setdefault(rc.key, now_ns)
                 new = self._incident(g, obs, d, now_ns)
@@ -199,6 +249,7 @@ class Correlator:
         title = (f"{top.fault} on {top.resource}" if top is not None
                  else f"unexplained: {len(obs)} finding(s), e.g. {obs[0].kind} on {obs[0].subject}")
         actions = prev.actions if prev is not None else ()
+        actions = (*actions, *(c for c in g.checked if c not in actions))
         if top is not None and top.action and not any(a.startswith(f"proposed: {top.fault} ")
                                                       for a in actions):
             actions = (*actions, f"proposed: {top.fault} on {top.resource}: {top.action}"
@@ -250,4 +301,4 @@ class Correlator:
 
 def _differs(a: Incident, b: Incident) -> bool:
     return (a.root_causes != b.root_causes or a.findings != b.findings or a.status != b.status
-            or a.severity != b.severity)
+            or a.severity != b.severity or a.actions != b.actions)

@@ -26,6 +26,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from fabricscope.diagnosis.checks import CheckOutcome, kinds_for, undecided
 from fabricscope.diagnosis.graph import ResourceMap
 from fabricscope.diagnosis.knowledge import FaultType, KnowledgeBase, Symptom
 from fabricscope.diagnosis.model import Check, Observed
@@ -38,6 +39,9 @@ SPECIALISTS: tuple[str, ...] = ("optics", "link", "congestion", "routing", "host
 #: 10^-3 is the conservative round figure (the benchmark's fault-free runs measure the fleet
 #: rate; docs/benchmarks/diagnosis.md).
 FALSE_RATE = 1e-3
+#: How long an active check's "not seen" stands as evidence: a fault that develops (an optic
+#: fading) may show later; after this the check is proposed again. The correlator's join window.
+CHECK_TTL_NS = 300 * 1_000_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,7 @@ class Assessment:
     excluded: bool
     self_evidence: bool  # at least one explained finding names the resource itself
     primary: bool = False  # a defining (primary) symptom of the type is present
+    checked_out: bool = False  # every defining symptom of its own was checked and not seen
 
 
 @dataclass
@@ -85,6 +90,19 @@ class FindingIndex:
     rmap: ResourceMap
     by_key: dict[tuple[str, str, str, bool], dict[str, list[str]]] = field(default_factory=dict)
     items: dict[str, Observed] = field(default_factory=dict)
+    #: (signal, finding, resource) an active check decided -> (when, check kind)
+    checked: dict[tuple[str, str, str], tuple[int, str]] = field(default_factory=dict)
+
+    def record(self, outcome: CheckOutcome) -> None:
+        """Remember what an active check decided (its present findings are added apart)."""
+        for sig, fnd in outcome.decided:
+            for r in outcome.decided_on:
+                self.checked[(sig, fnd, r)] = (outcome.done_ns, outcome.request.kind)
+
+    def checked_absent(self, signal: str, finding: str, resource: str, now_ns: int) -> bool:
+        """Did an active check decide ``finding`` on ``resource`` within :data:`CHECK_TTL_NS`?"""
+        hit = self.checked.get((signal, finding, resource))
+        return hit is not None and now_ns - hit[0] <= CHECK_TTL_NS
 
     def add(self, obs: Observed) -> None:
         self.items[obs.id] = obs
@@ -136,11 +154,14 @@ class Specialist:
         checks: list[Check] = []
         self_ev = False
         primary = False
+        own_primary = 0
+        primary_absent = 0
         used: set[str] = set()
         # A finding counts for one symptom of a hypothesis only (the first it matches, in the
         # knowledge base's order), so one alarm is never evidence twice.
         for s in t.symptoms:
             near = s.at == "near"
+            own_primary += int(s.primary and not near)
             all_hits = index.on(s.signal, s.finding, t.resource, near, h.resource)
             hits = [i for i in all_hits if i not in used]
             if all_hits and not hits:
@@ -156,6 +177,13 @@ class Specialist:
                     self_ev = True
                 checks.append(Check(_check_name(s), s.signal, "supports",
                                     f"{len(hits)} finding(s): {', '.join(hits[:3])}"))
+            elif not near and index.checked_absent(s.signal, s.finding, h.resource, now_ns):
+                t_ns, kind = index.checked[(s.signal, s.finding, h.resource)]
+                primary_absent += int(s.primary)
+                log_odds += math.log(max(1e-9, 1.0 - s.likelihood) / (1.0 - FALSE_RATE))
+                checks.append(Check(_check_name(s), s.signal, "excludes" if s.likelihood >= 0.5
+                                    else "inconclusive",
+                                    f"active check {kind} at {t_ns / 1e9:.2f} s: not seen"))
             elif s.emitted and not near and coverage.decides(s.signal, h.resource,
                                                               now_ns - onset_ns):
                 log_odds += math.log(max(1e-9, 1.0 - s.likelihood) / (1.0 - FALSE_RATE))
@@ -174,7 +202,20 @@ class Specialist:
                 checks.append(Check(f"exclusion: {ex.finding} ({ex.signal})", ex.signal,
                                     "excludes", f"{ex.why}: {', '.join(hits[:3])}"))
         return Assessment(h, log_odds, tuple(dict.fromkeys(explains)), tuple(checks), excluded,
-                          self_ev, primary)
+                          self_ev, primary, own_primary > 0 and primary_absent == own_primary)
+
+
+    def checks_for(self, h: Hypothesis, index: FindingIndex, now_ns: int) -> tuple[str, ...]:
+        """The active check kinds that would decide a symptom of ``h`` still open (no
+        finding present on the resource, not checked yet), :mod:`fabricscope.diagnosis.checks`."""
+        t = self.kb.types[h.fault]
+        kinds = kinds_for(t)
+        if not kinds:
+            return ()
+        known = {(s.signal, s.finding) for s in t.symptoms if s.at == "self" and (
+            index.checked_absent(s.signal, s.finding, h.resource, now_ns)
+            or index.on(s.signal, s.finding, t.resource, False, h.resource))}
+        return tuple(k for k in kinds if undecided(t, k, known))
 
 
 def _check_name(s: Symptom) -> str:

@@ -16,11 +16,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from fabricscope.diagnosis.cases import load_case_base
 from fabricscope.diagnosis.knowledge import load_kb
 from fabricscope.diagnosis.model import Incident
 from fabricscope.diagnosis.serialize import incident_to_json, observed_to_json
 from fabricscope.model.errors import ConfigError
 from fabricscope.service.instruments import ScenarioSpec
+from fabricscope.service.instruments.checks import TwinChecks
 from fabricscope.service.supervise_twin import (
     INSTRUMENTS,
     NS,
@@ -77,8 +79,13 @@ def incident_line(inc: Incident) -> str:
 def run_supervise(*, twin: str, faults: Sequence[str], duration: str, tick: str,
                   instruments: str, kb_dirs: Sequence[Path] = (), seed: int = 0,
                   db: Path | None = None, webhook: str | None = None,
-                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run ``supervise --twin`` and return its JSON document (incidents, findings, score)."""
+                  progress: Callable[[str], None] | None = None,
+                  checks: bool = True, case_dirs: Sequence[Path] = ()) -> dict[str, Any]:
+    """Run ``supervise --twin`` and return its JSON document (incidents, findings, score).
+
+    ``checks``: let the coordinator run active checks on the twin (``TwinChecks``);
+    ``case_dirs``: case-base folders the coordinator consults, with the packaged seed cases
+    (none given: no case base)."""
     duration_s = parse_time_s(duration, source="--duration")
     tick_s = parse_time_s(tick, source="--tick")
     if duration_s <= 0 or tick_s <= 0:
@@ -97,6 +104,7 @@ def run_supervise(*, twin: str, faults: Sequence[str], duration: str, tick: str,
             raise ConfigError(f"--fault {f.kind}:{f.subject}: starts at {f.start_ns / NS:.0f} s, "
                               f"after the end of the run ({duration_s:.0f} s)")
     kb = load_kb(kb_dirs)
+    case_base = load_case_base(case_dirs) if case_dirs else None
     hook = Webhook(webhook) if webhook else None
     store = None
     if db is not None:
@@ -114,8 +122,9 @@ def run_supervise(*, twin: str, faults: Sequence[str], duration: str, tick: str,
             if hook is not None:
                 hook(inc)
 
+        runner = TwinChecks(spec) if checks else None
         res = run_loop(spec, default_instruments(names), kb=kb, tick_s=tick_s,
-                       on_change=on_change, progress=progress)
+                       on_change=on_change, progress=progress, checks=runner, cases=case_base)
         if store is not None:
             store.add_findings(res.findings)
             store.upsert_incidents(res.incidents)
@@ -142,6 +151,8 @@ def run_supervise(*, twin: str, faults: Sequence[str], duration: str, tick: str,
                              if not any(f is t[0] for t in truth)],
             "false_positives": [{"resource": r, "fault": t} for r, t in false_pos],
         },
+        "checks": [{"kind": k, "resource": r, "start_s": a / NS, "end_s": b / NS}
+                   for k, r, a, b in (runner.log if runner is not None else [])],
         "cpu_seconds": res.seconds,
         "cores": round(cpu / duration_s, 4),
     }

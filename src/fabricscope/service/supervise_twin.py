@@ -14,11 +14,16 @@ s / m / h from the scenario start (``gray-loss:leaf-p0-r0-00:eth9->spine-p0-00:e
 
 from __future__ import annotations
 
+import heapq
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Protocol
 
+from fabricscope.diagnosis.baseline import TreeWalker
+from fabricscope.diagnosis.cases import CaseBase
+from fabricscope.diagnosis.checks import CheckOutcome, CheckRequest, CheckRunner
 from fabricscope.diagnosis.graph import ResourceMap
 from fabricscope.diagnosis.incidents import Correlator, CorrelatorParams
 from fabricscope.diagnosis.knowledge import KnowledgeBase, load_kb
@@ -198,17 +203,130 @@ class LoopResult:
         return None
 
 
+class _Side(Protocol):
+    """One diagnosis procedure as the replay drives it (the coordinator or the tree)."""
+
+    def add(self, findings: Sequence[Observed]) -> None: ...
+    def tick(self, now_ns: int) -> list[CheckRequest]: ...
+    def outcome(self, out: CheckOutcome, now_ns: int) -> list[CheckRequest]: ...
+    def pairs(self) -> list[tuple[str, str]]: ...
+
+
+class _CoordinatorSide:
+    def __init__(self, corr: Correlator, on_change: Callable[[Incident], None] | None) -> None:
+        self.corr = corr
+        self.on_change = on_change
+
+    def add(self, findings: Sequence[Observed]) -> None:
+        self.corr.add(findings)
+
+    def tick(self, now_ns: int) -> list[CheckRequest]:
+        for inc in self.corr.tick(now_ns):
+            if self.on_change is not None:
+                self.on_change(inc)
+        return self.corr.take_checks()
+
+    def outcome(self, out: CheckOutcome, now_ns: int) -> list[CheckRequest]:
+        self.corr.add_outcome(out)
+        return self.tick(now_ns)
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return sorted({rc.key for inc in self.corr.incidents() if inc.status == "open"
+                       for rc in inc.root_causes})
+
+
+class TreeSide:
+    """The knowledge-tree baseline (:class:`~fabricscope.diagnosis.baseline.TreeWalker`) as a
+    side of :func:`replay`."""
+
+    def __init__(self, walker: TreeWalker) -> None:
+        self.walker = walker
+
+    def add(self, findings: Sequence[Observed]) -> None:
+        self.walker.add(findings)
+
+    def tick(self, now_ns: int) -> list[CheckRequest]:
+        return self.walker.step(now_ns)
+
+    def outcome(self, out: CheckOutcome, now_ns: int) -> list[CheckRequest]:
+        self.walker.outcome(out)
+        return self.walker.step(now_ns)
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return sorted(self.walker.named)
+
+
+def replay(found: Sequence[Observed], side: _Side, runner: CheckRunner | None, *,
+           tick_ns: int, end_ns: int) -> tuple[list[tuple[int, list[tuple[str, str]]]], int]:
+    """Feed ``found`` (in ``reported_ns`` order) to ``side`` with a tick every ``tick_ns``,
+    start the checks it asks for on ``runner`` at once and hand each outcome back at its
+    completion time (between ticks: an answer does not wait for the next tick). Returns the
+    timeline of named (resource, type) pairs and the number of ticks. Both diagnosis
+    procedures of the benchmark run through this one driver, with the same check costs."""
+    heap: list[tuple[int, int, CheckRequest]] = []
+    seq = 0
+    i = 0
+    timeline: list[tuple[int, list[tuple[str, str]]]] = []
+
+    def launch(reqs: Sequence[CheckRequest]) -> None:
+        nonlocal seq
+        if runner is None:
+            return
+        for r in reqs:
+            heapq.heappush(heap, (runner.start(r), seq, r))
+            seq += 1
+
+    def feed(t: int) -> None:
+        nonlocal i
+        j = i
+        while j < len(found) and found[j].reported_ns <= t:
+            j += 1
+        if j > i:
+            side.add(found[i:j])
+            i = j
+
+    def record(t: int) -> None:
+        pairs = side.pairs()
+        if not timeline or timeline[-1][1] != pairs:
+            timeline.append((t, pairs))
+
+    ticks = 0
+    now = tick_ns
+    while now <= end_ns:
+        while heap and heap[0][0] <= now:
+            t, _, req = heapq.heappop(heap)
+            assert runner is not None
+            feed(t)
+            launch(side.outcome(runner.finish(req), t))
+            record(t)
+        feed(now)
+        launch(side.tick(now))
+        record(now)
+        ticks += 1
+        now += tick_ns
+    return timeline, ticks
+
+
 def run_loop(spec: ScenarioSpec, instruments: Sequence[Instrument], *,
              kb: KnowledgeBase | None = None, tick_s: float = 5.0,
              params: CorrelatorParams | None = None,
              covers: Callable[[str, str], bool] | None = None,
              on_change: Callable[[Incident], None] | None = None,
-             progress: Callable[[str], None] | None = None) -> LoopResult:
-    """Run the instruments on ``spec`` and the correlator over their findings (see module doc)."""
+             progress: Callable[[str], None] | None = None,
+             checks: CheckRunner | None = None,
+             findings: Sequence[Observed] | None = None,
+             cases: CaseBase | None = None) -> LoopResult:
+    """Run the instruments on ``spec`` and the correlator over their findings (see module doc).
+
+    ``checks``: a runner for the coordinator's active checks (``TwinChecks(spec)`` on the
+    twin); None: passive evidence only. ``findings``: the instruments' findings of an earlier
+    run of the same scenario (the instruments are then not run again). ``cases``: the case
+    base the coordinator consults (None: none).
+    """
     kb = kb or load_kb()
     secs: dict[str, float] = {}
-    found: list[Observed] = []
-    for ins in instruments:
+    found: list[Observed] = list(findings or ())
+    for ins in instruments if findings is None else ():
         if progress is not None:
             progress(f"running the {ins.name} instrument on the twin")
         t0 = time.process_time()
@@ -216,31 +334,14 @@ def run_loop(spec: ScenarioSpec, instruments: Sequence[Instrument], *,
         secs[ins.name] = round(time.process_time() - t0, 3)
     found.sort(key=lambda o: (o.reported_ns, o.source, o.id))
     rmap = ResourceMap(spec.fabric)
+    if checks is not None:
+        params = replace(params or CorrelatorParams(), active_checks=True)
     corr = Correlator(rmap, kb, coverage_for(instruments, spec.fabric, covers, spec),
-                      params=params)
+                      params=params, cases=cases)
     t0 = time.process_time()
-    tick = int(tick_s * NS)
-    end = int(spec.duration_s * NS)
-    i, ticks = 0, 0
-    timeline: list[tuple[int, list[tuple[str, str]]]] = []
-    now = tick
-    while now <= end:
-        j = i
-        while j < len(found) and found[j].reported_ns <= now:
-            j += 1
-        if j > i:
-            corr.add(found[i:j])
-            i = j
-        for inc in corr.tick(now):
-            if on_change is not None:
-                on_change(inc)
-        ticks += 1
-        pairs = sorted({rc.key for inc in corr.incidents() if inc.status == "open"
-                        for rc in inc.root_causes})
-        if not timeline or timeline[-1][1] != pairs:
-            timeline.append((now, pairs))
-        now += tick
-    secs["correlate"] = round(time.process_time() - t0, 3)
+    timeline, ticks = replay(found, _CoordinatorSide(corr, on_change), checks,
+                             tick_ns=int(tick_s * NS), end_ns=int(spec.duration_s * NS))
+    secs["correlate"] = round(time.process_time() - t0, 3)  # with the checks' backend
     return LoopResult(corr.incidents(), found, corr.named_at(), ticks, spec.duration_s, secs,
                       timeline)
 

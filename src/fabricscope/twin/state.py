@@ -28,6 +28,11 @@ Model (deliberately simple, documented in docs/telemetry.md):
   receiver's BER on the directed link into it: in-errors / in-fcs-errors / in-crc-errors up,
   in-pkts / in-octets down (docs/design/optics-twin.md).
 
+Every port also serves ``ethernet/state/port-speed`` and ``negotiated-port-speed`` (OpenConfig
+speed identities): a ``link-degraded`` link negotiates the fastest standard speed its remaining
+capacity sustains (what an active check reads, docs/design/diagnosis.md). :meth:`Twin.drain`
+routes a share of a link's load away (a cost-out, a shifted load-balancing weight).
+
 Pure: the clock is handed in, randomness is a numpy Generator; no I/O.
 """
 
@@ -220,6 +225,8 @@ class Twin:
         self._optics: dict[str, F64] = {k: v.copy() for k, v in self._optic_base.items()}
         self._leaves: dict[str, tuple[TwinLeaf, ...]] = {}
         self._queue_bg = np.zeros(m)
+        self._speed = self._cap * 8.0  # negotiated bit/s per directed link (link-degraded lowers it)
+        self._drain = np.zeros(m)  # fraction of the offered load routed away (cost-out: 1)
         self._check_faults(self.faults)
 
     # ------------------------------------------------------------------ inputs
@@ -271,6 +278,22 @@ class Twin:
                     "port or link", "'switch:ethN', 'a:ethX->b:ethY' or 'a:ethX|b:ethY'")
                 raise ConfigError(f"twin: fault {f.kind}: subject: no such {what} {f.subject!r} "
                                   f"in {self.fabric.name} (expected {forms})")
+
+    def drain(self, subject: str, fraction: float) -> list[int]:
+        """Route ``fraction`` of the offered load of ``subject``'s directed links (a cable:
+        both directions) away from now on: a cost-out (1.0) or a shifted load-balancing
+        weight (a part). The drained traffic is carried by the link's ECMP siblings, which
+        this per-link model does not add to (at the twin's background utilization they have
+        the headroom); the link keeps its oper-status and optics. 0 undoes it. Returns the
+        directed links changed (none: no such link)."""
+        if not 0.0 <= fraction <= 1.0:
+            raise ConfigError(f"Twin.drain: fraction must be in [0, 1], got {fraction!r}")
+        edges = self._edges_of(subject)
+        if "|" not in subject and "->" not in subject:
+            edges = edges + [e ^ 1 for e in edges]  # a port: its cable
+        for e in edges:
+            self._drain[e] = fraction
+        return sorted(set(edges))
 
     @property
     def now_ns(self) -> int:
@@ -374,6 +397,8 @@ class Twin:
                     t_end = min(t1, f.end_ns) if f.end_ns is not None else t1
                     days = (t_end - f.start_ns) / DAY_NS * f.param("accel", 1.0)
                     optic_days[row] = max(optic_days.get(row, 0.0), days * f.param("rate", 1.0))
+        self._speed = cap * 8.0
+        offered *= 1.0 - self._drain
         up_frac = 1.0 - down_frac
         cap_eff = cap * (1.0 - paused_frac) * up_frac
         offered_eff = offered * up_frac
@@ -535,6 +560,10 @@ class Twin:
             return np.maximum(self._wm_cur, self._wm_prev)
         if name == "oper_up":
             return self._up.astype(np.float64)
+        if name == "speed_bps":
+            return self._speed
+        if name == "port_speed_bps":
+            return self._cap * 8.0
         if name in self._optics:
             return self._optics[name]
         if name == "zero":
@@ -588,6 +617,8 @@ class Twin:
                 ("carrier-transitions", "carrier", eg),
             ):
                 yield TwinLeaf(f"{cnt}/{leaf}", fld, e)
+            yield TwinLeaf(f"{ifc}/ethernet/state/port-speed", "port_speed_bps", eg)
+            yield TwinLeaf(f"{ifc}/ethernet/state/negotiated-port-speed", "speed_bps", eg)
             eth = f"{ifc}/ethernet/state/counters"
             yield TwinLeaf(f"{eth}/in-mac-pause-frames", "in_pause", ing)
             yield TwinLeaf(f"{eth}/out-mac-pause-frames", "out_pause", eg)
@@ -628,6 +659,8 @@ class Twin:
                 cache[lf.field] = arr
             if lf.field == "oper_up":
                 out.append("UP" if arr[lf.index] > 0 else "DOWN")
+            elif lf.field in ("speed_bps", "port_speed_bps"):
+                out.append(speed_identity(float(arr[lf.index])))
             elif arr.ndim == 2:
                 out.append(float(arr[lf.index, lf.lane]))
             elif lf.field in ("depth", "watermark"):
@@ -638,6 +671,22 @@ class Twin:
 
     def switch_of_port(self, port_id: str) -> str:
         return port_device(port_id)
+
+
+#: OpenConfig ETHERNET_SPEED identities (openconfig-if-ethernet), in bit/s.
+SPEEDS: tuple[tuple[float, str], ...] = tuple(
+    (g * 1e9, f"SPEED_{g}GB") for g in (1, 2.5, 5, 10, 25, 40, 50, 100, 200, 400, 800))
+
+
+def speed_identity(bps: float) -> str:
+    """The OpenConfig speed identity a port running at ``bps`` reports: the fastest standard
+    speed it sustains (a link that lost lanes negotiates a lower standard speed;
+    ``SPEED_UNKNOWN`` below 1 Gb/s)."""
+    best = "SPEED_UNKNOWN"
+    for v, name in SPEEDS:
+        if bps >= v * 0.999:
+            best = name
+    return best.replace("2.5GB", "2500MB")
 
 
 def _overlap(f: Fault, t0: int, t1: int) -> int:

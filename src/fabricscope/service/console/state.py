@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fabricscope.diagnosis.actions import Executor, check_mode, plan_action, refusal
+from fabricscope.diagnosis.knowledge import KnowledgeBase
 from fabricscope.diagnosis.model import Incident, Observed
 from fabricscope.fabric.inventory import Fabric
 
@@ -40,7 +42,8 @@ class Ack:
     at_s: float  # wall clock, seconds since the epoch
     note: str = ""
     action: str = ""  # for approvals: the action approved
-    executed: bool = False  # approvals: whether an executor ran it (none in this release)
+    executed: bool = False  # approvals: whether an executor carried it out
+    result: str = ""  # approvals: what the executor did, or why it was not executed
 
 
 @dataclass
@@ -87,6 +90,19 @@ class ConsoleState:
         self.sim_ns = 0
         self.speed = 1.0
         self.info: dict[str, Any] = {}
+        self.executor: Executor | None = None
+        self.action_mode = "off"
+        self._kb: KnowledgeBase | None = None
+        self._auto_done: set[tuple[str, str, str]] = set()
+
+    def configure_actions(self, executor: Executor | None, kb: KnowledgeBase, *,
+                          mode: str = "approve") -> None:
+        """Let approvals (``approve``) or the supervisor itself (``auto``) execute the
+        allowed actions (:mod:`fabricscope.diagnosis.actions`) with ``executor``; ``off``
+        (the default state) records approvals only."""
+        self.action_mode = check_mode(mode, source="actions")
+        self.executor = executor
+        self._kb = kb
 
     # -- listeners -------------------------------------------------------------------------
     def subscribe(self, fn: Listener) -> Callable[[], None]:
@@ -145,6 +161,21 @@ class ConsoleState:
             self._incidents[inc.id] = inc
             self._evict_incidents()
         self._emit([("incident", inc)])
+        if self.action_mode == "auto" and inc.status == "open" and inc.root_causes:
+            self._auto(inc)
+
+    def _auto(self, inc: Incident) -> None:
+        """``auto`` mode: execute the top root cause's allowed action once."""
+        rc = inc.root_causes[0]
+        if self._kb is None or not rc.action:
+            return
+        planned = plan_action(self._kb, inc, rc.action)
+        key = (inc.id, planned.automation if planned else "", rc.resource)
+        if planned is None or key in self._auto_done or refusal(planned, self.executor,
+                                                                  self.action_mode):
+            return
+        self._auto_done.add(key)
+        self._execute(inc, rc.action, "supervisor (--actions auto)", "", planned)
 
     def _evict_incidents(self) -> None:
         while len(self._incidents) > self.max_incidents:
@@ -182,19 +213,44 @@ class ConsoleState:
 
     def approve(self, id: str, action: str, by: str, note: str = "") -> Ack | None:
         """Record the approval of ``action`` (one of the incident's proposed actions) for
-        incident ``id``. Not executed: this release has no executor (the approval is kept
-        and shown). None when there is no such incident or action."""
+        incident ``id``, and execute it when actions are on (:meth:`configure_actions`), an
+        executor is configured and the action is on the allow-list; the approval says
+        whether it was executed and what was done, and so does the incident's history.
+        None when there is no such incident or action."""
         with self._lock:
             inc = self._incidents.get(id)
             if inc is None:
                 return None
-            proposed = {rc.action for rc in inc.root_causes if rc.action} | set(inc.actions)
+            proposed = {rc.action for rc in inc.root_causes if rc.action} | {
+                a for a in inc.actions if a.startswith("proposed: ")}
             if action not in proposed:
                 return None
-            ack = Ack(by, self.clock(), note[:500], action=action, executed=False)
-            self._approvals.setdefault(id, []).append(ack)
+        planned = plan_action(self._kb, inc, action) if self._kb is not None else None
+        return self._execute(inc, action, by, note, planned)
+
+    def _execute(self, inc: Incident, action: str, by: str, note: str,
+                 planned: Any) -> Ack:
+        """Execute ``planned`` when the mode and the allow-list let it (outside the lock:
+        an executor may take time), record the approval and what was done in the
+        incident's history."""
+        why = refusal(planned, self.executor, self.action_mode)
+        if why:
+            executed, result = False, f"not executed: {why}"
+        else:
+            assert self.executor is not None and planned is not None
+            r = self.executor.execute(planned.automation, planned.root_cause.resource)
+            executed = r.ok
+            result = (f"executed: {r.detail}" + (f" (undo: {r.undo})" if r.undo else "")
+                      if r.ok else f"failed: {r.detail}")
+        with self._lock:
+            ack = Ack(by, self.clock(), note[:500], action=action, executed=executed,
+                      result=result)
+            self._approvals.setdefault(inc.id, []).append(ack)
             self.counters.approvals += 1
-        self._emit([("approve", id)])
+            hist = self._history.setdefault(inc.id, [])
+            hist.append((self.sim_ns, f"approved by {by}: {action}; {result}"))
+            del hist[:-200]
+        self._emit([("approve", inc.id)])
         return ack
 
     # -- readers ----------------------------------------------------------------------------

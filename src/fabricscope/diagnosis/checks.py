@@ -1,0 +1,153 @@
+"""Active checks: what a specialist asks a source to measure now, what it costs, what it decides.
+
+A *check* is a concrete action against a source (issue 15): here a gNMI Get of one resource's
+switch ports (counters twice, a second apart, for rates; the negotiated speed) or an on-demand
+transceiver (DOM) read. Each :class:`CheckKind` decides a fixed set of knowledge-base symptoms
+on the resource it reads: the symptom is *present* (the check returns a finding, the same kind
+and subject the passive detector would report) or *absent* (decided: its absence is evidence
+now, without waiting for the passive instrument's polling interval,
+:class:`~fabricscope.diagnosis.specialists.Coverage`).
+
+Every check has a modelled latency on the simulated clock (:data:`CHECK_KINDS`, justified in
+docs/design/diagnosis.md, "Active checks"); the coordinator runs the checks of competing
+hypotheses concurrently, the knowledge-tree baseline one after another, at the same costs.
+Executing a check is the service layer's job (:class:`CheckRunner`; the twin backend is
+``fabricscope.service.instruments.checks``); this module is pure.
+
+The method is the classical one of model-based diagnosis: choose the measurement that
+separates the surviving candidates (de Kleer & Williams, "Diagnosing multiple faults",
+Artificial Intelligence 32, 1987, section 5), here every separating measurement at once
+because each is cheap and they run in parallel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from fabricscope.diagnosis.knowledge import FaultType
+from fabricscope.diagnosis.model import Observed
+
+NS = 1_000_000_000
+MS = 1_000_000
+
+#: One gNMI Get of a handful of leaves of one port: one in-datacenter management RTT (< 1 ms)
+#: plus the switch agent's processing (tens of ms on SONiC / EOS gNMI servers); 50 ms.
+GNMI_GET_NS = 50 * MS
+#: A rate needs two readings; switch ASIC port counters are refreshed about once a second
+#: (SONiC's FLEX_COUNTER port-stat poll interval defaults to 1,000 ms), so the second Get is
+#: one second after the first.
+COUNTER_GAP_NS = 1 * NS
+#: An on-demand transceiver read: the module's EEPROM pages over I2C (ethtool -m on a QSFP /
+#: OSFP module takes a few hundred ms; the periodic DOM poll is every 60 s); 500 ms.
+DOM_READ_NS = 500 * MS
+
+
+@dataclass(frozen=True, slots=True)
+class CheckKind:
+    """A kind of check: the signal it reads, the symptoms it decides, its latency."""
+
+    name: str
+    signal: str
+    decides: frozenset[str]
+    latency_ns: int
+    how: str
+
+
+CHECK_KINDS: Mapping[str, CheckKind] = {
+    "port-counters": CheckKind(
+        "port-counters", "telemetry",
+        frozenset({"error-counter-increase", "discard-increase", "pause-storm", "queue-buildup",
+                   "link-down"}),
+        COUNTER_GAP_NS + 2 * GNMI_GET_NS,
+        "fabricscope gnmi get ADDR -t SWITCH /interfaces/interface[name=PORT]/state "
+        "(twice, 1 s apart: FCS / error / discard / pause rates, oper-status, queue depth)"),
+    "port-speed": CheckKind(
+        "port-speed", "telemetry", frozenset({"speed-degraded"}), GNMI_GET_NS,
+        "fabricscope gnmi get ADDR -t SWITCH "
+        "/interfaces/interface[name=PORT]/ethernet/state/negotiated-port-speed"),
+    "dom": CheckKind(
+        "dom", "optics", frozenset({"optic-degrading", "optic-rx-low"}), DOM_READ_NS,
+        "ethtool -m IF (or the OpenConfig transceiver leaves): rx / tx power per lane"),
+}
+
+#: Resource kinds a check can read (the backends read the ports of a cable or a port).
+CHECKABLE: frozenset[str] = frozenset({"cable", "port"})
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRequest:
+    """Run check ``kind`` on ``resource`` from ``requested_ns``; ``for_`` the hypothesis
+    (resource, fault type) that asked for it."""
+
+    kind: str
+    resource: str
+    requested_ns: int
+    for_: tuple[str, str] = ("", "")
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.kind, self.resource)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOutcome:
+    """What a check found: the findings it produced (present symptoms, in the diagnosis'
+    terms) and the (signal, finding) pairs it decided on ``decided_on`` (the resource and the
+    ports it read); ``detail`` what was read, for the incident."""
+
+    request: CheckRequest
+    done_ns: int
+    present: tuple[Observed, ...]
+    decided: tuple[tuple[str, str], ...]
+    decided_on: tuple[str, ...]
+    detail: str = ""
+
+    def result_for(self, ft: FaultType, *, exclude: tuple[str, str] | None = None) -> str:
+        """``supports`` when a present finding is an ``at: self`` symptom of ``ft`` (other
+        than ``exclude``), ``excludes`` when the check decided every such symptom it could and
+        none is present, ``inconclusive`` otherwise."""
+        wanted = {s.key for s in ft.symptoms if s.at == "self"} - ({exclude} if exclude else set())
+        got = {(o.source, o.kind) for o in self.present}
+        if wanted & got:
+            return "supports"
+        if wanted & set(self.decided):
+            return "excludes"
+        return "inconclusive"
+
+
+class CheckRunner(Protocol):
+    """Executes checks on the simulated (or wall) clock.
+
+    The caller guarantees that calls come in non-decreasing time order over all requests
+    (``start`` at ``requested_ns``, ``finish`` at the ``done_ns`` that ``start`` returned),
+    so a backend that advances a time-stepped model never goes back.
+    """
+
+    def start(self, request: CheckRequest) -> int:
+        """Begin ``request`` (first readings); return when it completes (ns)."""
+        ...
+
+    def finish(self, request: CheckRequest) -> CheckOutcome:
+        """Complete ``request`` at its completion time; return what it found."""
+        ...
+
+
+def kinds_for(ft: FaultType) -> tuple[str, ...]:
+    """The check kinds that decide an ``at: self`` symptom of ``ft`` (:data:`CHECK_KINDS`
+    order), when ``ft``'s resource kind is checkable."""
+    if ft.resource not in CHECKABLE:
+        return ()
+    keys = {s.key for s in ft.symptoms if s.at == "self"}
+    return tuple(k for k, c in CHECK_KINDS.items()
+                 if any((c.signal, f) in keys for f in c.decides))
+
+
+def undecided(ft: FaultType, kind: str, known: Iterable[tuple[str, str]]) -> bool:
+    """Whether check ``kind`` would decide an ``at: self`` symptom of ``ft`` that ``known``
+    (the (signal, finding) pairs already present or checked on the resource) does not."""
+    c = CHECK_KINDS[kind]
+    have = set(known)
+    return any(s.at == "self" and s.signal == c.signal and s.finding in c.decides
+               and s.key not in have for s in ft.symptoms)

@@ -1,0 +1,252 @@
+"""Active checks on the twin: gNMI Gets of a suspect's ports and on-demand DOM reads.
+
+:class:`TwinChecks` is the twin backend of :class:`~fabricscope.diagnosis.checks.CheckRunner`.
+It keeps its own :class:`~fabricscope.twin.state.Twin` of the scenario (the telemetry
+instrument's: same fabric, load and faults), advanced on the simulated clock to each check's
+start and end, and reads it only through the leaves a switch serves over gNMI
+(:meth:`Twin.leaves` / :meth:`Twin.read`) and the transceiver readings ``ethtool -m`` returns
+(:meth:`Twin.dom`); the injected faults are never consulted. Each check is judged with the
+production detectors' thresholds:
+
+* ``port-counters`` (two Gets, 1 s apart, of every switch port of the resource): an
+  ``in-errors`` / ``in-fcs-errors`` increase is ``error-counter-increase``, an
+  ``out-discards`` increase ``discard-increase`` (``ErrorIncreaseDetector``: >= 1), pause
+  frames sent (or received from the peer) at >= 10,000/s ``pause-storm`` on the sender
+  (``PauseStormDetector``), ECN marks at >= 500/s or a queue >= 1 MB at both reads
+  ``queue-buildup`` (``MicroBurstDetector``), oper-status DOWN ``link-down``. A cable with a
+  host end decides only ``link-down`` (the host side's receiver and queue are not a gNMI
+  target);
+* ``port-speed`` (one Get): ``negotiated-port-speed`` below ``port-speed`` on a port of the
+  resource is ``speed-degraded``;
+* ``dom`` (both ends' modules): a lane's own light (tx, or rx not explained by the far end's
+  transmitter) >= ``drop_db`` below the reading of the scenario's start (the optics store's
+  history) is ``optic-degrading``, rx below ``rx_low_dbm`` ``optic-rx-low``
+  (``DomDetector``'s rules, :mod:`fabricscope.optics.dom`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from fabricscope.diagnosis.checks import CHECK_KINDS, CheckOutcome, CheckRequest
+from fabricscope.diagnosis.graph import ResourceMap
+from fabricscope.diagnosis.model import Observed
+from fabricscope.fabric.inventory import port_device
+from fabricscope.model.errors import ConfigError
+from fabricscope.model.records import Finding
+from fabricscope.optics.dom import DomThresholds
+from fabricscope.service.instruments import ScenarioSpec
+from fabricscope.service.instruments.telemetry import TelemetryInstrument
+from fabricscope.sim.clock import SimClock
+from fabricscope.twin.state import Twin, TwinLeaf
+
+__all__ = ["TwinChecks"]
+
+NS = 1_000_000_000
+ERROR_MIN = 1.0
+PAUSE_RATE = 10_000.0
+ECN_RATE = 500.0
+QUEUE_BYTES = 1e6
+_COUNTER_LEAVES = ("in-errors", "in-fcs-errors", "out-discards", "out-mac-pause-frames",
+                   "in-mac-pause-frames", "ecn-marked-pkts", "depth-bytes", "oper-status")
+
+
+class TwinChecks:
+    """Runs :class:`~fabricscope.diagnosis.checks.CheckRequest` s against a twin of ``spec``.
+
+    Calls must come in non-decreasing simulated time (the :class:`CheckRunner` contract);
+    ``self.log`` keeps (kind, resource, start, end) of every check run, for cost accounting.
+    """
+
+    def __init__(self, spec: ScenarioSpec, *, telemetry: TelemetryInstrument | None = None,
+                 dom: DomThresholds | None = None) -> None:
+        self.fabric = spec.fabric
+        self.rmap = ResourceMap(spec.fabric)
+        self.clock = SimClock(0)
+        ins = telemetry or TelemetryInstrument()
+        self.twin: Twin = ins.twin(spec.fabric, spec.faults, spec.seed, self.clock)
+        self.th = dom or DomThresholds()
+        # the optics store's history: every module's reading at the scenario's start
+        self._ref_rx = self.twin.field("rx_power_dbm").copy()
+        self._ref_tx = self.twin.field("tx_power_dbm").copy()
+        self._first: dict[CheckRequest, dict[str, list[int | float | str]]] = {}
+        self._done: dict[CheckRequest, int] = {}
+        self._leaf_index: dict[str, dict[str, TwinLeaf]] = {}
+        self.log: list[tuple[str, str, int, int]] = []
+
+    # -- plumbing ----------------------------------------------------------------------------
+    def _at(self, t_ns: int) -> None:
+        if t_ns < self.twin.now_ns:
+            raise ConfigError(f"checks: time went back ({t_ns} < {self.twin.now_ns} ns)")
+        self.clock.set(t_ns)
+        self.twin.advance_to(t_ns)
+
+    def _leaves(self, port: str) -> dict[str, TwinLeaf]:
+        """The port's leaves by last path element (the queue that carries the load)."""
+        hit = self._leaf_index.get(port)
+        if hit is None:
+            name = port.rsplit(":", 1)[1]
+            hit = {}
+            for lf in self.twin.leaves(port_device(port)):
+                p = lf.path
+                own = (f"[name={name}]" in p or f"[interface-id={name}]" in p)
+                if not own or "/queues/queue[name=0]" in p or "/priority[" in p:
+                    continue
+                hit.setdefault(p.rsplit("/", 1)[1], lf)
+            self._leaf_index[port] = hit
+        return hit
+
+    def _get(self, port: str, names: Sequence[str]) -> dict[str, int | float | str]:
+        lv = self._leaves(port)
+        got = [lv[n] for n in names if n in lv]
+        return dict(zip([n for n in names if n in lv], self.twin.read(got), strict=True))
+
+    def _switch_ports(self, resource: str) -> tuple[str, ...]:
+        return tuple(p for p in self._ports(resource)
+                     if self.fabric.devices[port_device(p)].is_switch)
+
+    def _ports(self, resource: str) -> tuple[str, ...]:
+        if resource in self.fabric.link_by_id:
+            return tuple(resource.split("|"))
+        if resource in self.fabric.ports:
+            return (resource,)
+        return ()
+
+    # -- the CheckRunner protocol -------------------------------------------------------------
+    def start(self, request: CheckRequest) -> int:
+        """First readings of ``request`` at its request time; its completion time."""
+        kind = CHECK_KINDS.get(request.kind)
+        if kind is None:
+            raise ConfigError(f"checks: unknown check kind {request.kind!r}")
+        self._at(request.requested_ns)
+        if request.kind == "port-counters":
+            self._first[request] = {p: list(self._get(p, _COUNTER_LEAVES).values())
+                                    for p in self._switch_ports(request.resource)}
+        done = request.requested_ns + kind.latency_ns
+        self._done[request] = done
+        return done
+
+    def finish(self, request: CheckRequest) -> CheckOutcome:
+        """Last readings and the judgement of ``request`` at its completion time."""
+        done = self._done.pop(request)
+        self._at(done)
+        self.log.append((request.kind, request.resource, request.requested_ns, done))
+        if request.kind == "port-counters":
+            return self._counters(request, done)
+        if request.kind == "port-speed":
+            return self._speed(request, done)
+        return self._dom(request, done)
+
+    # -- judgements ------------------------------------------------------------------------------
+    def _finding(self, request: CheckRequest, kind: str, subject: str, score: float, ev: str,
+                 done: int, details: Mapping[str, float | int | str], signal: str) -> Observed:
+        d = {"check": request.kind, "target": subject, "active": 1, **details}
+        f = Finding(kind, subject, score, (request.requested_ns, done),
+                    (f"active check {request.kind}: {ev}",), "", d)
+        return Observed(signal, f, done)
+
+    def _counters(self, request: CheckRequest, done: int) -> CheckOutcome:
+        before = self._first.pop(request, {})
+        ports = self._switch_ports(request.resource)
+        dt = (done - request.requested_ns) / NS
+        present: list[Observed] = []
+        read: list[str] = []
+        for p in ports:
+            now = self._get(p, _COUNTER_LEAVES)
+            a = dict(zip(_COUNTER_LEAVES, before.get(p, []), strict=False))
+
+            def delta(name: str, a: Mapping[str, int | float | str] = a,
+                      now: Mapping[str, int | float | str] = now) -> float:
+                x, y = a.get(name), now.get(name)
+                return float(y) - float(x) if isinstance(x, int | float) and \
+                    isinstance(y, int | float) else 0.0
+
+            err = max(delta("in-errors"), delta("in-fcs-errors"))
+            disc = delta("out-discards")
+            ecn = delta("ecn-marked-pkts") / dt
+            depth_a, depth_b = a.get("depth-bytes", 0), now.get("depth-bytes", 0)
+            read.append(f"{p}: in-errors +{err:.0f}, out-discards +{disc:.0f}, "
+                        f"ECN {ecn:.0f}/s, oper {now.get('oper-status')}")
+            if err >= ERROR_MIN:
+                present.append(self._finding(request, "error-counter-increase", p,
+                                             min(1.0, 0.6 + 0.1 * err), f"in-errors +{err:.0f} in "
+                                             f"{dt:.2f} s", done, {"counter": "in-errors",
+                                                                   "increase": err}, "telemetry"))
+            if disc >= ERROR_MIN:
+                present.append(self._finding(request, "discard-increase", p, min(1.0, 0.6 + 0.1 * disc),
+                                             f"out-discards +{disc:.0f} in {dt:.2f} s", done,
+                                             {"counter": "out-discards", "increase": disc},
+                                             "telemetry"))
+            for leaf, subject in (("out-mac-pause-frames", p),
+                                  ("in-mac-pause-frames", self.fabric.peer_port.get(p, p))):
+                r = delta(leaf) / dt
+                if r >= PAUSE_RATE:
+                    present.append(self._finding(request, "pause-storm", subject,
+                                                 min(1.0, 0.6 + 0.4 * r / (10 * PAUSE_RATE)),
+                                                 f"{leaf} {r:.0f}/s on {p}", done,
+                                                 {"pause_per_s": r, "direction": "sends"},
+                                                 "telemetry"))
+            queued = isinstance(depth_a, int | float) and isinstance(depth_b, int | float) and \
+                min(depth_a, depth_b) >= QUEUE_BYTES
+            if ecn >= ECN_RATE or queued:
+                present.append(self._finding(request, "queue-buildup", p, 0.9,
+                                             f"ECN marks {ecn:.0f}/s, queue {depth_b} B", done,
+                                             {"ecn_per_s": ecn}, "telemetry"))
+            if now.get("oper-status") == "DOWN":
+                present.append(self._finding(request, "link-down", p, 0.9, "oper-status DOWN", done,
+                                             {}, "telemetry"))
+        both = len(ports) == len(self._ports(request.resource)) and bool(ports)
+        decides = CHECK_KINDS["port-counters"].decides if both else frozenset({"link-down"})
+        if not ports:
+            decides = frozenset()
+        decided = tuple(("telemetry", f) for f in sorted(decides))
+        return CheckOutcome(request, done, tuple(present), decided, (request.resource, *ports),
+                            "; ".join(read))
+
+    def _speed(self, request: CheckRequest, done: int) -> CheckOutcome:
+        ports = self._switch_ports(request.resource)
+        present: list[Observed] = []
+        read: list[str] = []
+        for p in ports:
+            v = self._get(p, ("port-speed", "negotiated-port-speed"))
+            cfg, neg = v.get("port-speed"), v.get("negotiated-port-speed")
+            read.append(f"{p}: negotiated {neg} of {cfg}")
+            if cfg != neg:
+                present.append(self._finding(request, "speed-degraded", p, 0.95,
+                                             f"negotiated-port-speed {neg} < port-speed {cfg}",
+                                             done, {"negotiated": str(neg), "configured": str(cfg)},
+                                             "telemetry"))
+        decided = (("telemetry", "speed-degraded"),) if ports else ()
+        return CheckOutcome(request, done, tuple(present), decided, (request.resource, *ports),
+                            "; ".join(read))
+
+    def _dom(self, request: CheckRequest, done: int) -> CheckOutcome:
+        ports = [p for p in self._ports(request.resource) if p in self.twin.port_row]
+        present: list[Observed] = []
+        read: list[str] = []
+        for p in ports:
+            dom = self.twin.dom(p)
+            row = self.twin.port_row[p]
+            peer = self.fabric.peer_port.get(p)
+            prow = self.twin.port_row.get(peer) if peer is not None else None
+            peer_drop = 0.0
+            if prow is not None:
+                peer_tx = [r.tx_power_dbm for r in self.twin.dom(peer)] if peer else []
+                peer_drop = max(0.0, max(float(self._ref_tx[prow, i]) - v
+                                         for i, v in enumerate(peer_tx))) if peer_tx else 0.0
+            own = max(max(float(self._ref_tx[row, r.lane]) - r.tx_power_dbm,
+                           float(self._ref_rx[row, r.lane]) - r.rx_power_dbm - peer_drop)
+                      for r in dom)
+            rx_min = min(r.rx_power_dbm for r in dom)
+            read.append(f"{p}: own light -{own:.2f} dB, rx min {rx_min:.1f} dBm")
+            if own >= self.th.drop_db:
+                present.append(self._finding(request, "optic-degrading", p, min(1.0, own / 6.0 + 0.5),
+                                             f"own light {own:.2f} dB below its history", done,
+                                             {"drop_db": own}, "optics"))
+            if rx_min < self.th.rx_low_dbm:
+                present.append(self._finding(request, "optic-rx-low", p, 0.9,
+                                             f"rx {rx_min:.1f} dBm < {self.th.rx_low_dbm} dBm",
+                                             done, {"rx_dbm": rx_min}, "optics"))
+        decided = tuple(("optics", f) for f in sorted(CHECK_KINDS["dom"].decides)) if ports else ()
+        return CheckOutcome(request, done, tuple(present), decided, (request.resource, *ports),
+                            "; ".join(read))
