@@ -83,6 +83,7 @@ __all__ = [
     "HOUR_NS",
     "NOISE_FLOOR",
     "TARGET_CELLS",
+    "GridPiece",
     "LaneFeatures",
     "LaneGrid",
     "ModuleFeatures",
@@ -93,6 +94,8 @@ __all__ = [
     "filled_modules",
     "first_after",
     "grid_chunk",
+    "grid_chunk_numpy",
+    "grid_pieces",
     "lane_features",
     "lane_runs",
     "module_features",
@@ -238,20 +241,20 @@ class ModuleFeatures:
 
 
 # --------------------------------------------------------------------------- helpers
-def lane_runs(history: FleetHistory, step: int = 1 << 23) -> tuple[I64, I64]:
-    """Start / end rows of each (module, lane) run, computed in slices (no 64-bit copy of all)."""
+def lane_runs(history: FleetHistory) -> tuple[I64, I64]:
+    """Start / end rows of each (module, lane) run (one compiled pass, no 64-bit key copy)."""
+    from fabricscope.optics import kernels
+
     n = len(history)
     if n == 0:
         z = np.zeros(0, dtype=np.int64)
         return z, z
-    cuts: list[I64] = []
-    for a in range(0, n, step):
-        b = min(n, a + step + 1)
-        key = history.module[a:b].astype(np.int64) * 64 + history.lane[a:b]
-        cuts.append(np.flatnonzero(np.diff(key)).astype(np.int64) + 1 + a)
-    cut = np.concatenate(cuts)
-    starts = np.concatenate([[0], cut]).astype(np.int64)
-    ends = np.concatenate([cut, [n]]).astype(np.int64)
+    k = int(kernels.run_starts(history.module, history.lane, np.empty(1, np.int64), False))
+    starts = np.empty(k, dtype=np.int64)
+    kernels.run_starts(history.module, history.lane, starts, True)
+    ends = np.empty(k, dtype=np.int64)
+    ends[:-1] = starts[1:]
+    ends[-1] = n
     return starts, ends
 
 
@@ -368,10 +371,88 @@ def first_after(ts: I64, lo: I64, hi: I64, t: int) -> I64:
         hi = np.where(act & ~right, mid, hi)
 
 
+@dataclass(frozen=True)
+class GridPiece:
+    """Rows of whole lanes, sorted by (lane, ts): ``starts`` / ``g0`` / ``g1`` (each lane's
+    first row and its rows in the grid, ``g0[k]:g1[k]``) count from the piece's first row.
+    A lane chunk may come in several pieces (the streaming reader's read chunks), lanes
+    numbered on across them."""
+
+    ts: I64
+    metrics: Mapping[str, npt.NDArray[np.floating]]
+    starts: I64
+    g0: I64
+    g1: I64
+
+
 def grid_chunk(history: FleetHistory, r0: int, r1: int, starts: I64, g0: I64, g1: I64,
-                at_ns: int, nb: int, wmax: int, bb: int) -> LaneGrid:
+               at_ns: int, nb: int, wmax: int, bb: int) -> LaneGrid:
     """Hourly cells of rows r0:r1 (whole lanes starting at ``starts``; rows ``g0:g1`` of each
-    lane lie in the grid).
+    lane lie in the grid): :func:`grid_pieces` of that one piece."""
+    piece = GridPiece(ts=history.ts[r0:r1], metrics={m: v[r0:r1] for m, v in
+                                                     history.metrics.items()},
+                      starts=starts - r0, g0=g0 - r0, g1=g1 - r0)
+    return grid_pieces([piece], at_ns, nb, wmax, bb)
+
+
+def grid_pieces(pieces: Sequence[GridPiece], at_ns: int, nb: int, wmax: int,
+                bb: int) -> LaneGrid:
+    """Hourly cells (lanes x ``nb`` hours ending at ``at_ns``) of a lane chunk, one compiled
+    pass per metric (:mod:`fabricscope.optics.kernels`) over the kept cells only: the first
+    ``bb`` hours of each lane in the grid and the last ``wmax``. Equal bit for bit to the
+    numpy segment sums of :func:`grid_chunk_numpy` (same roundings, same summation order,
+    and, as there, a counter with a missing sample in a kept cell takes the masked variant
+    for the whole chunk).
+    """
+    from fabricscope.optics import kernels
+
+    nl = sum(int(p.starts.shape[0]) for p in pieces)
+    pieces = [p for p in pieces if p.ts.shape[0]]
+    g = LaneGrid()
+    if not any(bool((p.g1 > p.g0).any()) for p in pieces):
+        return g
+    offs = np.cumsum([0] + [int(p.starts.shape[0]) for p in pieces])
+    for name in pieces[0].metrics:
+        cols = [p.metrics[name] for p in pieces]
+        if all(np.isnan(x[0]) and np.isnan(x).all() for x in cols):  # an absent optional column
+            continue
+        c = np.zeros((nl, nb))
+        if name in ("crc_errors", "fec_uncorrectable"):
+            sm = np.zeros((nl, nb))
+            nan_seen = False
+            for p, x, lane0 in zip(pieces, cols, offs.tolist(), strict=False):
+                nan_seen |= bool(kernels.counter_sums(p.ts, x, p.starts, p.g0, p.g1, lane0,
+                                                      at_ns, nb, wmax, bb, sm, c))
+            if nan_seen:  # missing samples: increases over the present ones
+                sm = np.zeros((nl, nb))
+                c = np.zeros((nl, nb))
+                for p, x, lane0 in zip(pieces, cols, offs.tolist(), strict=False):
+                    kernels.counter_sums_masked(p.ts, x, p.starts, p.g0, p.g1, lane0, at_ns,
+                                                nb, wmax, bb, sm, c)
+            g.inc[name] = sm
+            g.count[name] = c
+            continue
+        sq = np.zeros((nl, nb))
+        mu = np.full((nl, nb), np.nan)
+        for p, x, lane0 in zip(pieces, cols, offs.tolist(), strict=False):
+            kernels.cell_sums(p.ts, x, x.dtype.type(0), p.g0, p.g1, lane0, at_ns, nb, wmax, bb,
+                              name in NOISE_FLOOR, mu, c, sq)
+        g.mean[name] = mu
+        g.count[name] = c
+        g.sumsq[name] = sq
+        lv = np.full(nl, np.nan)
+        for p, x, lane0 in zip(pieces, cols, offs.tolist(), strict=False):
+            hv = p.g1 > p.g0
+            lv[lane0 + np.flatnonzero(hv)] = x[p.g1[hv] - 1]
+        g.last[name] = lv
+    return g
+
+
+def grid_chunk_numpy(history: FleetHistory, r0: int, r1: int, starts: I64, g0: I64, g1: I64,
+                     at_ns: int, nb: int, wmax: int, bb: int, *,
+                     only: str | None = None) -> LaneGrid:
+    """The numpy reference of :func:`grid_pieces` (``only``: that metric alone): hourly cells
+    of rows r0:r1 (whole lanes starting at ``starts``; rows ``g0:g1`` of each lane in the grid).
 
     The sorted rows make every (lane, hour) cell one contiguous segment, so sums are
     ``reduceat`` over views of the columns (no gather). Only the cells used later get their
@@ -414,6 +495,8 @@ def grid_chunk(history: FleetHistory, r0: int, r1: int, starts: I64, g0: I64, g1
         return out.reshape(nl, nb)
 
     for name, col in history.metrics.items():
+        if only is not None and name != only:
+            continue
         x = col[r0:r1]
         if np.isnan(x[0]) and np.isnan(x).all():  # an absent optional column
             continue

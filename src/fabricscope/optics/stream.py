@@ -4,13 +4,16 @@ A 10,000-module x 8-lane x 21-day history (236 M rows, 4.2 GB Parquet) needs abo
 read whole (issue 12). Every feature of :func:`~fabricscope.optics.features.lane_features` but
 the cross-lane ones is a function of one lane's rows, so this path
 
-1. reads the table with :class:`~fabricscope.optics.readers.table.HistoryChunks` (batches of
-   about a million rows; each module's rows must be contiguous in the file, as ``optics twin``
-   writes them: otherwise :class:`~fabricscope.optics.readers.table.UnorderedHistoryError`);
+1. reads the table with :class:`~fabricscope.optics.readers.table.HistoryChunks` (chunks of
+   about a million rows of whole modules, repaired while read; each module's rows must be
+   contiguous in the file, as ``optics twin`` writes them: otherwise
+   :class:`~fabricscope.optics.readers.table.UnorderedHistoryError`);
 2. cuts the lanes into exactly the chunks ``lane_features`` uses (``TARGET_CELLS // hours``
-   lanes, numbered over the whole fleet) and computes each chunk's hourly grid and per-lane
-   features (``features.grid_chunk`` + :func:`~fabricscope.optics.features.chunk_features`),
-   keeping only the per-lane table (about 300 values x 80,000 lanes);
+   lanes, numbered over the whole fleet; a lane chunk spanning two read chunks is handed on as
+   two :class:`~fabricscope.optics.features.GridPiece` views, not copied) and computes each
+   chunk's hourly grid (``features.grid_pieces``: one compiled pass per metric) and per-lane
+   features (:func:`~fabricscope.optics.features.chunk_features`), keeping only the per-lane
+   table (about 300 values x 80,000 lanes);
 3. runs :func:`~fabricscope.optics.features.cross_lane` once over that table (margins to the
    filled thresholds, lane deviation, the population z scores per part number, same-switch
    warming, the peers' link loss), then :func:`~fabricscope.optics.grade.grade_fleet` and
@@ -18,7 +21,7 @@ the cross-lane ones is a function of one lane's rows, so this path
 
 Because the chunks, the operations and their order are the same, the features equal the
 in-memory ones bit for bit (``tests/test_optics_stream.py`` compares every column, the
-grades and the risks). Peak memory is a read batch, the carried-over part of a module and one
+grades and the risks; docs/design/optics-stream.md). Peak memory is a few read chunks and one
 lane chunk's grid: bounded by the chunk size, not by the fleet. ``at_ns`` defaults to the last
 sample, found from the Parquet row-group statistics of ``ts`` (one ``ts``-only pass where a
 file has none), as is the first sample, which sets the grid's length.
@@ -26,11 +29,10 @@ file has none), as is the first sample, which sets the grid's length.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -43,6 +45,7 @@ from fabricscope.optics.features import (
     DEFAULT_WINDOWS,
     HOUR_NS,
     TARGET_CELLS,
+    GridPiece,
     LaneFeatures,
     LaneGrid,
     check_feature_args,
@@ -50,7 +53,7 @@ from fabricscope.optics.features import (
     cross_lane,
     filled_modules,
     first_after,
-    grid_chunk,
+    grid_pieces,
     lane_runs,
 )
 from fabricscope.optics.grade import FleetGrades, GradeRules, grade_fleet
@@ -64,6 +67,7 @@ __all__ = ["StreamedFeatures", "stream_features", "stream_grade", "stream_predic
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
 Progress = Callable[[int, int], None]
 
 
@@ -92,46 +96,61 @@ _PLACEHOLDER = ModuleTable(device=(), port=(), vendor=(), part_number=(), serial
 
 
 class _Pending:
-    """Rows of whole lanes not yet featurized; the first one starts a lane chunk."""
+    """Read chunks whose lanes are not featurized yet, kept as views (no copy): a lane chunk
+    may span several of them (:class:`~fabricscope.optics.features.GridPiece`)."""
 
-    def __init__(self) -> None:
-        self.ts = np.zeros(0, dtype=np.int64)
-        self.module = np.zeros(0, dtype=np.int32)
-        self.lane = np.zeros(0, dtype=np.int32)
-        self.metrics: dict[str, npt.NDArray[np.floating]] = {
-            m: np.zeros(0, dtype=metric_dtype(m)) for m in ALL_METRICS}
+    def __init__(self, at: int, nb: int) -> None:
+        self.at = at
+        self.nb = nb
+        #: per chunk: (ts, module, lane, metrics, lane starts, lane ends, g0, g1)
+        self.parts: list[tuple[I64, I32, I32, dict[str, npt.NDArray[np.floating]], I64, I64,
+                               I64, I64]] = []
 
     def add(self, c: HistoryChunk) -> None:
-        if self.ts.shape[0] == 0:
-            self.ts, self.module, self.lane, self.metrics = c.ts, c.module, c.lane, c.metrics
-            return
-        self.ts = np.concatenate([self.ts, c.ts])
-        self.module = np.concatenate([self.module, c.module])
-        self.lane = np.concatenate([self.lane, c.lane])
-        self.metrics = {m: np.concatenate([v, c.metrics[m]]) for m, v in self.metrics.items()}
+        starts, ends = lane_runs(FleetHistory(ts=c.ts, module=c.module, lane=c.lane,
+                                              metrics={}, modules=_PLACEHOLDER))
+        g0 = first_after(c.ts, starts, ends, self.at - self.nb * HOUR_NS)
+        g1 = first_after(c.ts, g0, ends, self.at)
+        self.parts.append((c.ts, c.module, c.lane, c.metrics, starts, ends, g0, g1))
 
-    def history(self, modules: ModuleTable) -> FleetHistory:
-        return FleetHistory(ts=self.ts, module=self.module, lane=self.lane,
-                            metrics=self.metrics, modules=modules)
+    @property
+    def lanes(self) -> int:
+        return sum(int(x[4].shape[0]) for x in self.parts)
 
-    def drop(self, rows: int) -> None:
-        self.ts, self.module, self.lane = self.ts[rows:], self.module[rows:], self.lane[rows:]
-        self.metrics = {m: v[rows:] for m, v in self.metrics.items()}
+    def take(self, nl: int) -> list[tuple[I64, dict[str, npt.NDArray[np.floating]], I64, I64,
+                                          I64, I32, I32]]:
+        """The next ``nl`` lanes as pieces (ts, metrics, starts, g0, g1 relative to the
+        piece; module and lane of each lane), dropped from the pending chunks."""
+        out = []
+        while nl > 0:
+            ts, mod, lane, met, st, en, g0, g1 = self.parts[0]
+            k = min(nl, int(st.shape[0]))
+            r0, r1 = int(st[0]), int(en[k - 1])
+            out.append((ts[r0:r1], {m: v[r0:r1] for m, v in met.items()}, st[:k] - r0,
+                        g0[:k] - r0, g1[:k] - r0, mod[st[:k]], lane[st[:k]]))
+            if k == st.shape[0]:
+                self.parts.pop(0)
+            else:
+                self.parts[0] = (ts, mod, lane, met, st[k:], en[k:], g0[k:], g1[k:])
+            nl -= k
+        return out
 
 
-def _lane_chunk(ts: I64, metrics: dict[str, npt.NDArray[np.floating]], starts: I64, g0: I64,
-                g1: I64, at: int, nb: int, wins: tuple[int, ...], bb: int) -> dict[str, F64]:
-    """Per-lane features of one lane chunk (rows of whole lanes; ``starts`` / ``g0`` / ``g1``
-    relative to its first row), lanes without data in the grid left out: what
-    ``lane_features`` computes for the same chunk. Runs in a worker process when asked."""
-    z = np.zeros(0, dtype=np.int32)
-    h = FleetHistory(ts=ts, module=z, lane=z, metrics=metrics, modules=_PLACEHOLDER)
+def _lane_chunk(pieces: Sequence[tuple[I64, dict[str, npt.NDArray[np.floating]], I64, I64,
+                                       I64]],
+                at: int, nb: int, wins: tuple[int, ...], bb: int) -> dict[str, F64]:
+    """Per-lane features of one lane chunk (whole lanes, in one or more pieces; ``starts`` /
+    ``g0`` / ``g1`` relative to each piece's first row), lanes without data in the grid left
+    out: what ``lane_features`` computes for the same chunk. Runs in a worker thread when
+    asked (the compiled grid releases the GIL)."""
     wmax = max(wins) // HOUR_NS
-    hv = g1 > g0
-    g = grid_chunk(h, 0, int(ts.shape[0]), starts, g0, g1, at, nb, wmax, bb)
-    vals = {k: v[hv] for k, v in chunk_features(g, starts.shape[0], nb, at, wins, bb).items()}
-    last_ts = ts[np.maximum(g1 - 1, 0)][hv]
-    first_ts = ts[np.minimum(g0, ts.shape[0] - 1)][hv]
+    gp = [GridPiece(ts=ts, metrics=met, starts=st, g0=a, g1=b) for ts, met, st, a, b in pieces]
+    nl = sum(int(p.starts.shape[0]) for p in gp)
+    hv = np.concatenate([p.g1 > p.g0 for p in gp])
+    g = grid_pieces(gp, at, nb, wmax, bb)
+    vals = {k: v[hv] for k, v in chunk_features(g, nl, nb, at, wins, bb).items()}
+    last_ts = np.concatenate([p.ts[np.maximum(p.g1 - 1, 0)] for p in gp])[hv]
+    first_ts = np.concatenate([p.ts[np.minimum(p.g0, p.ts.shape[0] - 1)] for p in gp])[hv]
     vals["data.span_hours"] = (last_ts - first_ts) / HOUR_NS
     vals["data.last_age_hours"] = (at - last_ts) / HOUR_NS
     return vals
@@ -154,8 +173,8 @@ def stream_features(
     at_ns=at_ns, ...)``.
 
     ``at_ns`` defaults to the last sample. ``progress(rows_read, rows_total)`` is called after
-    each chunk. ``workers`` > 1 computes the lane chunks' features in that many processes
-    (``spawn``: a script that asks for them needs the ``if __name__ == "__main__":`` guard)
+    each chunk. ``workers`` > 1 computes the lane chunks' features in that many threads (the
+    compiled hourly grid and numpy's array loops release the GIL; no pickling of the rows)
     while this one reads; the chunks and their order do not change. Raises :class:`ConfigError` for an unreadable file or one without rows, and
     :class:`~fabricscope.optics.readers.table.UnorderedHistoryError` when a module's rows are
     not contiguous.
@@ -166,7 +185,7 @@ def stream_features(
     if workers < 1:
         raise ConfigError(f"optics stream: workers: must be >= 1, got {workers}")
     wins = check_feature_args(windows, lookback_ns, baseline_ns)
-    reader = HistoryChunks(path, batch_rows=batch_rows, min_rows=batch_rows, read_ahead=1)
+    reader = HistoryChunks(path, batch_rows=min(batch_rows, 1 << 17), min_rows=batch_rows)
     rng = reader.ts_range()
     if rng is None:
         raise ConfigError(f"{reader.path}: the history table holds no readings "
@@ -177,15 +196,14 @@ def stream_features(
     nb = max(int(-(-span // HOUR_NS)), max(wins) // HOUR_NS)
     per_chunk = max(8, TARGET_CELLS // nb)
     bb = max(1, baseline_ns // HOUR_NS)
-    placeholder = _PLACEHOLDER
-    pend = _Pending()
+    pend = _Pending(at, nb)
     parts: list[dict[str, F64]] = []
     mods_l: list[I64] = []
     lanes_l: list[I64] = []
     rows = 0
 
-    pool = (ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
-            if workers > 1 else None)
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="optics-lanes") \
+        if workers > 1 else None
     futures: deque[Future[dict[str, F64]]] = deque()
 
     def collect(limit: int) -> None:
@@ -193,31 +211,22 @@ def stream_features(
             parts.append(futures.popleft().result())
 
     def featurize(final: bool) -> None:
-        h = pend.history(placeholder)
-        starts, ends = lane_runs(h)
-        nr = starts.shape[0]
-        upto = nr if final else (nr // per_chunk) * per_chunk
-        if upto == 0:
-            return
-        g0 = first_after(h.ts, starts[:upto], ends[:upto], at - nb * HOUR_NS)
-        g1 = first_after(h.ts, g0, ends[:upto], at)
-        have = g1 > g0
-        for k0 in range(0, upto, per_chunk):
-            k1 = min(upto, k0 + per_chunk)
-            hv = have[k0:k1]
+        while pend.parts:
+            nr = pend.lanes
+            if nr < per_chunk and not final:
+                return
+            pieces = pend.take(min(nr, per_chunk))
+            hv = np.concatenate([p[4] > p[3] for p in pieces])
             if not hv.any():
                 continue
-            r0, r1 = int(starts[k0]), int(ends[k1 - 1])
-            args = (h.ts[r0:r1], {m: v[r0:r1] for m, v in h.metrics.items()},
-                    starts[k0:k1] - r0, g0[k0:k1] - r0, g1[k0:k1] - r0, at, nb, wins, bb)
+            args = ([p[:5] for p in pieces], at, nb, wins, bb)
             if pool is None:
                 parts.append(_lane_chunk(*args))
             else:
                 futures.append(pool.submit(_lane_chunk, *args))
                 collect(2 * workers)
-            mods_l.append(h.module[starts[k0:k1]][hv].astype(np.int64))
-            lanes_l.append(h.lane[starts[k0:k1]][hv].astype(np.int64))
-        pend.drop(int(ends[upto - 1]))
+            mods_l.append(np.concatenate([p[5] for p in pieces])[hv].astype(np.int64))
+            lanes_l.append(np.concatenate([p[6] for p in pieces])[hv].astype(np.int64))
 
     try:
         for chunk in reader:

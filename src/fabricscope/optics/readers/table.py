@@ -20,6 +20,7 @@ import csv
 import math
 import os
 import queue
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from fabricscope.model.errors import ConfigError
+from fabricscope.optics import kernels
 from fabricscope.optics.history import (
     ALL_METRICS,
     COLUMNS,
@@ -60,6 +62,38 @@ def _is_parquet(path: str) -> bool:
     return path.lower().endswith((".parquet", ".pq", ".parq"))
 
 
+def _plain_runs(batch: pa.RecordBatch) -> tuple[npt.NDArray[np.int64],
+                                                list[tuple[str, str]]] | None:
+    """Batch-local module ids and their (device, port) where both columns are plain strings
+    (read so when the file stores them plain: a dictionary built on read would hash every
+    row) and the rows come in runs of modules: runs found by comparing neighbouring strings,
+    one look-up per run. None otherwise (then :meth:`_Modules._coded`)."""
+    cols = [batch.column(c) for c in ("device", "port")]
+    if any(not (pa.types.is_string(c.type) or pa.types.is_large_string(c.type)) for c in cols):
+        return None
+    n = batch.num_rows
+    cols = [pc.fill_null(c, "") for c in cols]
+    chg = np.empty(n, dtype=bool)
+    if n:
+        chg[0] = True
+        if n > 1:
+            for i, c in enumerate(cols):
+                ne = pc.not_equal(c.slice(1), c.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+                if i == 0:
+                    chg[1:] = ne
+                else:
+                    chg[1:] |= ne
+    run = np.flatnonzero(chg)
+    if run.shape[0] > max(4096, n // 256):
+        return None
+    take = pa.array(run)
+    keys = zip(cols[0].take(take).to_pylist(), cols[1].take(take).to_pylist(), strict=True)
+    seen: dict[tuple[str, str], int] = {}
+    run_local = np.array([seen.setdefault((str(d), str(p)), len(seen)) for d, p in keys],
+                         dtype=np.int64)
+    return np.repeat(run_local, np.diff(np.append(run, n))), list(seen)
+
+
 class _Modules:
     """Global module index over batches: (device, port) -> row, identity and thresholds."""
 
@@ -69,6 +103,16 @@ class _Modules:
         self.th: dict[str, list[float]] = {c: [] for c in THRESHOLD_COLUMNS}
 
     def add_batch(self, batch: pa.RecordBatch, names: Sequence[str]) -> npt.NDArray[np.int32]:
+        runs = _plain_runs(batch)
+        if runs is not None:
+            local, uniq = runs
+        else:
+            local, uniq = self._coded(batch)
+        return self._add(batch, names, local, uniq)
+
+    @staticmethod
+    def _coded(batch: pa.RecordBatch) -> tuple[npt.NDArray[np.int64], list[tuple[str, str]]]:
+        """Batch-local module ids and their (device, port), from dictionary codes."""
         codes = []
         dicts = []
         for c in ("device", "port"):
@@ -99,6 +143,11 @@ class _Modules:
             local = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
             uniq = [(dicts[0][int(c) // width], dicts[1][int(c) % width])
                     for c in enc.dictionary.to_numpy()]
+        return local, uniq
+
+    def _add(self, batch: pa.RecordBatch, names: Sequence[str], local: npt.NDArray[np.int64],
+             uniq: list[tuple[str, str]]) -> npt.NDArray[np.int32]:
+        """Global module ids of the rows; new modules' identity and thresholds recorded."""
         # first row of each local module: its identity and thresholds (constant per module)
         first = np.full(len(uniq), -1, dtype=np.int64)
         order = np.arange(local.shape[0] - 1, -1, -1)
@@ -215,7 +264,7 @@ def read_history(path: str | os.PathLike[str], *, chunked: bool = True) -> Fleet
     warnings: list[str] = []
     try:
         if _is_parquet(p):
-            pf = pq.ParquetFile(p, read_dictionary=list(_STR_COLS))
+            pf = pq.ParquetFile(p, read_dictionary=_dictionary_columns(p), pre_buffer=False)
             names = list(pf.schema_arrow.names)
             n = pf.metadata.num_rows
             batches: Iterator[pa.Table] = (pf.read_row_group(i, columns=[c for c in names if c in COLUMNS])
@@ -378,6 +427,19 @@ class HistoryChunk:
 
 _DONE = object()
 _T = TypeVar("_T")
+_A = TypeVar("_A", bound=np.generic)
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """A converted batch and its row checks (:func:`~fabricscope.optics.kernels.row_checks`)
+    against the previous batch's last row ``prev`` (module, lane, ts; module -1: none)."""
+
+    rows: _Rows
+    ordered: bool
+    back: int
+    dup: int
+    prev: tuple[int, int, int]
 
 
 def _read_ahead(it: Iterator[_T], depth: int) -> Iterator[_T]:
@@ -421,6 +483,42 @@ def _read_ahead(it: Iterator[_T], depth: int) -> Iterator[_T]:
         stop.set()
 
 
+def _dictionary_columns(path: str) -> list[str]:
+    """The string columns to read as dictionaries: those the file stores dictionary-encoded
+    (in its first row group), for which the codes come without a hash per row; a column
+    stored plain is read as plain strings (see :func:`_plain_runs`)."""
+    md = pq.ParquetFile(path).metadata
+    if md.num_row_groups == 0:
+        return list(_STR_COLS)
+    rg = md.row_group(0)
+    out = []
+    for i in range(rg.num_columns):
+        col = rg.column(i)
+        if col.path_in_schema in _STR_COLS and any("DICTIONARY" in e for e in col.encodings):
+            out.append(col.path_in_schema)
+    return out
+
+
+class _Buffers:
+    """Output columns used again once nothing refers to them (each view of a buffer holds a
+    reference to it as its ``base``): streaming then writes into memory already mapped,
+    instead of faulting fresh pages in for every batch (a large share of the CPU in a VM)."""
+
+    def __init__(self) -> None:
+        self._held: list[npt.NDArray[np.generic]] = []
+
+    def get(self, n: int, dtype: np.dtype[_A], capacity: int) -> npt.NDArray[_A]:
+        held = self._held
+        for i in range(len(held)):
+            a = held[i]
+            # references: the list, ``a`` and getrefcount's argument; a view would add one
+            if a.dtype == dtype and a.shape[0] >= n and sys.getrefcount(a) <= 3:
+                return cast(npt.NDArray[_A], a[:n])
+        buf = np.empty(max(n, capacity), dtype=dtype)
+        held.append(buf)
+        return buf[:n]
+
+
 class HistoryChunks:
     """A Parquet history table read in chunks of whole modules, memory bounded by a chunk.
 
@@ -429,19 +527,27 @@ class HistoryChunks:
 write_fleet`) and :func:`write_history` lay them out. A file that is not raises
     :class:`UnorderedHistoryError` naming the file, the first out-of-order row and its module;
     nothing is partitioned on disk. Batches of ``batch_rows`` rows are read (Apache Parquet
-    format, via ``pyarrow.parquet.ParquetFile.iter_batches``) ``read_ahead`` batches ahead by
-    a thread; a chunk is cut once it holds ``min_rows`` rows, before the module still being
+    format, via ``pyarrow.parquet.ParquetFile.iter_batches``; small batches keep Arrow's
+    buffers in its allocator's reused memory) and repaired by a thread, ``read_ahead`` chunks
+    ahead; a chunk is cut once it holds ``min_rows`` rows, before the module still being
     read. Each chunk is repaired like :func:`read_history` (sorted, duplicates dropped); the
     repair counts add up, so :attr:`warnings` equals ``read_history(path).warnings``, and the
-    module ids, :attr:`modules` and the rows equal its, chunk by chunk.
+    module ids, :attr:`modules` and the rows equal its, chunk by chunk. Sorted rows take a
+    fast path (one compiled check per batch, repeated samples dropped while the batch is
+    copied into a reused buffer: docs/design/optics-stream.md); a chunk's arrays are views of
+    such a buffer, which is used again once nothing refers to it.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, batch_rows: int = 1 << 20,
+    def __init__(self, path: str | os.PathLike[str], *, batch_rows: int = 1 << 17,
                  min_rows: int = 1 << 20, read_ahead: int = 2) -> None:
         self.path = os.fspath(path)
         self._warnings: list[str] = []
         try:
-            self._pf = pq.ParquetFile(self.path, read_dictionary=list(_STR_COLS))
+            # pre_buffer off: reading a row group's column chunks whole up front costs a
+            # fresh buffer per row group (page faults: more system time than the decoding
+            # saves); page by page, the reader reuses its memory
+            self._pf = pq.ParquetFile(self.path, read_dictionary=_dictionary_columns(
+                self.path), pre_buffer=False)
         except (OSError, pa.ArrowInvalid) as exc:
             raise ConfigError(f"{self.path}: cannot read the history table: {exc}") from exc
         self.names = list(self._pf.schema_arrow.names)
@@ -454,6 +560,7 @@ write_fleet`) and :func:`write_history` lay them out. A file that is not raises
         self._repairs = _Repairs()
         self._lanes = np.zeros(0, dtype=np.int32)
         self._done = False
+        self._buffers = _Buffers()
 
     def ts_range(self) -> tuple[int, int] | None:
         """(first, last) ``ts`` in ns, from the row groups' statistics when every one has them,
@@ -526,13 +633,13 @@ write_fleet`) and :func:`write_history` lay them out. A file that is not raises
         return HistoryChunk(ts=ts, module=module, lane=lane, metrics=met,
                             rows_read=rows_read), rest
 
-    def _rows(self) -> Iterator[_Rows]:
+    def _rows(self) -> Iterator[_Batch]:
         """Converted, checked batches (run by the read-ahead thread: decoding, the module
-        index and the checks overlap the consumer's work)."""
+        index and the one-pass row checks overlap the consumer's work)."""
         p = self.path
         cols = [c for c in self.names if c in COLUMNS]
         r = 0
-        last = -1
+        prev = (-1, 0, 0)
         for batch in self._pf.iter_batches(batch_size=self._batch_rows, columns=cols):
             k = batch.num_rows
             if k == 0:
@@ -540,8 +647,11 @@ write_fleet`) and :func:`write_history` lay them out. A file that is not raises
             ts, lane, module, got = _convert_batch(batch, p, self.names, self._mods,
                                                    self._warnings, r)
             del batch  # drop the identity / threshold columns now
-            down = np.flatnonzero(np.diff(module) < 0)
-            bad = 0 if module[0] < last else (int(down[0]) + 1 if down.size else -1)
+            off = np.flatnonzero((lane < 0) | (lane > 63))
+            if off.size:
+                raise ConfigError(f"{p}: row {r + int(off[0])} (0-based): lane: "
+                                  f"{int(lane[off[0]])}: outside 0..63")
+            bad, ordered, back, dup = kernels.row_checks(ts, module, lane, *prev)
             if bad >= 0:
                 i = int(module[bad])
                 raise UnorderedHistoryError(
@@ -550,15 +660,96 @@ write_fleet`) and :func:`write_history` lay them out. A file that is not raises
                     "reappears after another module's rows: streaming needs each "
                     "module's rows contiguous (sort the file by device, port, or read it "
                     "whole with --no-stream)")
-            off = np.flatnonzero((lane < 0) | (lane > 63))
-            if off.size:
-                raise ConfigError(f"{p}: row {r + int(off[0])} (0-based): lane: "
-                                  f"{int(lane[off[0]])}: outside 0..63")
             met = {m: got[m] if m in got else np.full(k, np.nan, dtype=metric_dtype(m))
                    for m in ALL_METRICS}
             r += k
-            last = int(module[-1])
-            yield ts, module, lane, met
+            yield _Batch((ts, module, lane, met), bool(ordered), int(back), int(dup), prev)
+            prev = (int(module[-1]), int(lane[-1]), int(ts[-1]))
+
+    def _emit(self, rows: _Rows, rows_read: int) -> HistoryChunk:
+        """A chunk of repaired rows of whole modules: counter resets and lanes counted."""
+        ts, module, lane, met = rows
+        top = int(module[-1]) + 1
+        if top > self._lanes.shape[0]:
+            self._lanes = np.concatenate(
+                [self._lanes, np.zeros(top - self._lanes.shape[0], dtype=np.int32)])
+        rf, rc = kernels.resets_and_lanes(module, lane, met["fec_uncorrectable"],
+                                          met["crc_errors"], self._lanes)
+        self._repairs.resets["fec_uncorrectable"] += int(rf)
+        self._repairs.resets["crc_errors"] += int(rc)
+        return HistoryChunk(ts=ts, module=module, lane=lane, metrics=met, rows_read=rows_read)
+
+    def _chunks(self) -> Iterator[HistoryChunk | tuple[_Rows, int]]:
+        """Run by the read-ahead thread. While the rows come sorted within each lane (as
+        ``optics twin`` writes them), each batch is appended to a reused buffer while still
+        in cache, its repeated samples dropped on the way (one copy in all), and chunks of
+        whole modules come out repaired. The first batch that needs sorting switches to the
+        general path: the rows not yet cut, then every batch, are handed on raw (``(rows,
+        rows read)``) and repaired by ``_repair`` once a chunk is cut (dropping a repeated
+        sample before sorting keeps the same rows and counts, so the two paths mix)."""
+        cap = self._min_rows + 2 * self._batch_rows
+        buf: _Rows | None = None
+        fill = 0
+        raw = False
+        r = 0
+
+        def new_buffer(size: int, head: _Rows | None, nh: int) -> _Rows:
+            def one(dt: np.dtype[np.generic], col: npt.NDArray[np.generic] | None
+                    ) -> npt.NDArray[np.generic]:
+                out = self._buffers.get(size, dt, cap)
+                if col is not None and nh:
+                    out[:nh] = col[:nh]
+                return out
+            h = head
+            return (cast(npt.NDArray[np.int64], one(np.dtype(np.int64), h and h[0])),
+                    cast(npt.NDArray[np.int32], one(np.dtype(np.int32), h and h[1])),
+                    cast(npt.NDArray[np.int32], one(np.dtype(np.int32), h and h[2])),
+                    {m: cast(npt.NDArray[np.floating], one(np.dtype(metric_dtype(m)),
+                                                           None if h is None else h[3][m]))
+                     for m in ALL_METRICS})
+
+        def view(rows: _Rows, a: int, z: int) -> _Rows:
+            return (rows[0][a:z], rows[1][a:z], rows[2][a:z],
+                    {m: v[a:z] for m, v in rows[3].items()})
+
+        for b in self._rows():
+            k = int(b.rows[0].shape[0])
+            r += k
+            if not raw and (not b.ordered or b.back):
+                raw = True
+                if buf is not None and fill:
+                    yield view(buf, 0, fill), r - k
+                buf = None
+            if raw:
+                yield b.rows, r
+                continue
+            kept = k - b.dup
+            if buf is None or fill + kept > buf[0].shape[0]:
+                old, nold = buf, fill
+                buf = new_buffer(max(cap, nold + kept), old, nold)
+            keep = kernels.keep_rows(*b.rows[:3], b.prev) if b.dup else None
+            self._repairs.dup += b.dup
+            dsts: list[npt.NDArray[np.generic]] = [buf[0], buf[1], buf[2], *buf[3].values()]
+            srcs: list[npt.NDArray[np.generic]] = [b.rows[0], b.rows[1], b.rows[2],
+                                                   *(b.rows[3][m] for m in buf[3])]
+            for dst, src in zip(dsts, srcs, strict=True):
+                if keep is None:
+                    dst[fill:fill + kept] = src
+                else:
+                    kernels.compact(src, keep, dst, fill)
+            fill += kept
+            if fill < self._min_rows:
+                continue
+            mod = buf[1]
+            cut = int(np.searchsorted(mod[:fill], mod[fill - 1], side="left"))
+            if cut == 0:
+                continue
+            yield self._emit(view(buf, 0, cut), r)
+            old, rest = buf, fill - cut
+            buf = new_buffer(cap, view(old, cut, fill), rest)
+            fill = rest
+        if not raw and buf is not None and fill:
+            yield self._emit(view(buf, 0, fill), r)
 
     def __iter__(self) -> Iterator[HistoryChunk]:
         if self._done:
@@ -566,22 +757,23 @@ write_fleet`) and :func:`write_history` lay them out. A file that is not raises
         self._done = True
         parts: list[_Rows] = []
         pending = 0
-        r = 0
         try:
-            for part in _read_ahead(self._rows(), self._read_ahead):
-                parts.append(part)
-                k = int(part[0].shape[0])
-                pending += k
-                r += k
+            for item in _read_ahead(self._chunks(), self._read_ahead):
+                if isinstance(item, HistoryChunk):
+                    yield item
+                    continue
+                rows, r = item
+                parts.append(rows)
+                pending += int(rows[0].shape[0])
                 if pending >= self._min_rows:
-                    chunk, parts = self._cut(parts, r, int(part[1][-1]))
+                    chunk, parts = self._cut(parts, r, int(rows[1][-1]))
                     pending = sum(x[0].shape[0] for x in parts)
                     if chunk is not None:
                         yield chunk
         except (OSError, pa.ArrowInvalid) as exc:
             raise ConfigError(f"{self.path}: cannot read the history table: {exc}") from exc
         if parts:
-            chunk, _ = self._cut(parts, r, None)
+            chunk, _ = self._cut(parts, self.num_rows, None)
             if chunk is not None:
                 yield chunk
 
@@ -589,7 +781,7 @@ write_fleet`) and :func:`write_history` lay them out. A file that is not raises
 def _read_parquet_chunked(p: str) -> FleetHistory:
     """:func:`read_history` of a Parquet file whose modules are contiguous: chunks of whole
     modules repaired one by one (in cache) into preallocated columns; same result."""
-    reader = HistoryChunks(p, read_ahead=1)
+    reader = HistoryChunks(p)
     n = reader.num_rows
     ts = np.empty(n, dtype=np.int64)
     module = np.empty(n, dtype=np.int32)
@@ -611,19 +803,26 @@ def write_history(history: FleetHistory, path: str | os.PathLike[str], *,
                   row_group_size: int = 1 << 20) -> None:
     """Write ``history`` with exactly the table's columns: Parquet by suffix, else CSV.
 
-    Parquet stores device / port / identity dictionary-encoded (one string per module).
+    Parquet stores device / port / identity dictionary-encoded, each distinct string once
+    per row group (a dictionary with repeated entries would make the Parquet writer fall back
+    to plain strings, one per row, which cost readers a string decode per row).
     """
     p = os.fspath(path)
     mt = history.modules
     idx = pa.array(history.module, type=pa.int32())
+
+    def strings(c: str) -> pa.Array:
+        enc = pc.dictionary_encode(pa.array(getattr(mt, c), pa.string()))
+        return pa.DictionaryArray.from_arrays(enc.indices.take(idx), enc.dictionary)
+
     cols: dict[str, pa.Array] = {"ts": pa.array(history.ts, type=pa.int64())}
     for c in ("device", "port"):
-        cols[c] = pa.DictionaryArray.from_arrays(idx, pa.array(getattr(mt, c), pa.string()))
+        cols[c] = strings(c)
     cols["lane"] = pa.array(history.lane, type=pa.int32())
     for m in ALL_METRICS:
         cols[m] = pa.array(np.asarray(history.metrics[m], dtype=metric_dtype(m)))
     for c in IDENTITY:
-        cols[c] = pa.DictionaryArray.from_arrays(idx, pa.array(getattr(mt, c), pa.string()))
+        cols[c] = strings(c)
     for c in THRESHOLD_COLUMNS:
         per_mod = np.asarray(mt.thresholds.get(c, np.full(len(mt), np.nan)), dtype=np.float64)
         cols[c] = pa.array(per_mod[history.module] if len(mt) else per_mod[:0])
