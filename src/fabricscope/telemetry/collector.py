@@ -730,7 +730,7 @@ class Collector:
                                           for tk in tasks):
                     break
                 # every exit condition but the duration is a task ending, which wakes the wait:
-                # no periodic wake-up (a cluster member runs one Collector per device)
+                # no periodic wake-up (a cluster member runs hundreds of streams in one loop)
                 await asyncio.wait([*tasks, writer, stop_wait], timeout=left,
                                    return_when=asyncio.FIRST_COMPLETED)
         finally:
