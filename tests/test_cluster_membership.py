@@ -232,10 +232,12 @@ def test_kill9_failover_and_comeback_never_owned_twice(nats_url: str, tmp_path: 
     names = ["m1", "m2", "m3"]
     members = {n: Member(nats_url, n, tfile, "3s", ledger) for n in names}
     try:
-        _wait(lambda: len(ledger.holders()) == len(TARGETS)
-              and all(len(v) == 1 for v in ledger.holders().values()), 20, "500 owned")
         share = assign(TARGETS, names)
-        assert {n: sorted(ledger.owned_by(n)) for n in names} == share
+        # the balanced share, each target once (a member that starts first on a busy machine
+        # owns everything until the others have joined: that state passes by, this one stays)
+        _wait(lambda: len(ledger.holders()) == len(TARGETS)
+              and all(len(v) == 1 for v in ledger.holders().values())
+              and {n: sorted(ledger.owned_by(n)) for n in names} == share, 30, "500 owned as assigned")
 
         # (2) kill -9 m2: its targets go to m1 / m3 within lease + slack, never earlier
         # than the lease allows (that would be a second owner of a live member's target).
