@@ -74,7 +74,7 @@ def nats_auth(cl: ClusterConfig, *, source: str = "<config>") -> NatsAuth:
 
 
 class _SharedSink:
-    """The shared publisher as one device collector's sink: its ``close`` is not the publisher's.
+    """The bus publisher as the member's collector sink: its ``close`` is not the publisher's.
 
     ``never_blocks``: :meth:`BusPublisher.write` only queues (bounded, drop-oldest), so the
     Collector writes it inline rather than in a thread of its own.
@@ -89,7 +89,7 @@ class _SharedSink:
         self.pub.write(events, findings)
 
     def close(self) -> None:
-        """Closed once, by :class:`ClusterCollector`, after every device collector stopped."""
+        """Closed once, by :class:`ClusterCollector`, after its collector stopped."""
 
 
 @dataclass

@@ -579,7 +579,7 @@ class Collector:
                 return False
             if all(getattr(self.sinks[i], "never_blocks", False) for i in todo):
                 # a sink that only queues in memory (the cluster's bus publisher): no thread per
-                # write, which at one Collector per device was a thread start per device per flush
+                # write (a cluster member's hundreds of devices share one such sink)
                 fut: asyncio.Future[tuple[list[int], str]] = asyncio.get_running_loop().create_future()
                 fut.set_result(self._write_some(todo, events, findings))
             else:
