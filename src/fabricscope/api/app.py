@@ -539,7 +539,8 @@ def create_app(state: ConsoleState, settings: ApiSettings,
         """The faults injected so far."""
         sup = _supervisor()
         return {"items": [{"text": i.text, "kind": i.fault.kind, "subject": i.fault.subject,
-                           "start_ns": i.fault.start_ns, "end_ns": i.fault.end_ns}
+                           "start_ns": i.fault.start_ns, "end_ns": i.fault.end_ns,
+                           "mitigated": i.mitigated}
                           for i in sup.faults()]}
 
     # -- live updates, metrics, the page ------------------------------------------------

@@ -21,6 +21,7 @@ from typing import Any
 
 from fabricscope.api.app import ApiSettings, create_app
 from fabricscope.api.server import TlsFiles, bind, serve_forever
+from fabricscope.diagnosis.actions import check_mode
 from fabricscope.model.errors import ConfigError
 from fabricscope.service.console.services import ConsoleServices, build_twin_console
 from fabricscope.service.console.state import ConsoleState
@@ -56,6 +57,7 @@ class ServeOptions:
     alertmanager: str | None = None
     webhook: str | None = None
     telemetry_db: Path | None = None
+    actions: str = "off"  # off | approve | auto (diagnosis/actions.py)
     segment: str = "15s"
     warmup: str = "45s"
     extra: dict[str, Any] = field(default_factory=dict)
@@ -107,6 +109,7 @@ def build(opts: ServeOptions, echo: Callable[[str], None]
                           "or --insecure to serve anyway")
     if opts.tls is not None:
         opts.tls.check()
+    actions = check_mode(opts.actions, source="--actions")
     if opts.config is not None:
         from fabricscope.service.console.services import build_live_console
         from fabricscope.service.console.store_source import read_live_config
@@ -114,6 +117,10 @@ def build(opts: ServeOptions, echo: Callable[[str], None]
         if opts.faults:
             raise ConfigError("--fault: faults are injected on the twin; with --config the "
                               "console follows live sources")
+        if actions != "off":
+            raise ConfigError(f"--actions {actions}: the live console has no action executor "
+                              "yet (approvals are recorded, not executed); use --actions off, "
+                              "or run the console on the twin")
         cfg = read_live_config(opts.config)
         for note in cfg.notes:
             echo(f"note: --config {opts.config}: {note}")
@@ -131,6 +138,10 @@ def build(opts: ServeOptions, echo: Callable[[str], None]
         assert isinstance(sup, TwinSupervisor)
         for i, f in enumerate(opts.faults):
             sup.inject(f, source=f"--fault {i + 1}")
+        if actions != "off":
+            from fabricscope.service.console.twin_executor import ConsoleTwinExecutor
+
+            state.configure_actions(ConsoleTwinExecutor(sup), svc.kb, mode=actions)
     scheme = "https" if opts.tls is not None else "http"
     url = opts.public_url or f"{scheme}://{opts.host}:{opts.port}"
     _add_sinks(opts, state, svc, url)

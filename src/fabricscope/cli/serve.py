@@ -20,6 +20,8 @@ Live sources instead of the twin: --config console.yaml names the inventory and 
 
 On the twin, inject faults while it runs from the UI's API (POST /api/v1/twin/faults) or at start with --fault KIND:SUBJECT[@START[-END]][,KEY=VALUE] (times from now; kinds as in `supervise --help`).
 
+Actions (off by default): with --actions approve, approving an incident's proposed action in the UI or the API (POST /api/v1/incidents/ID/approve) executes it when it is on the allow-list of reversible actions and the twin can carry it out (cost-out-link: the cable stops carrying traffic, so the symptoms that need traffic end); --actions auto executes it without waiting for an approval. Every execution, and every refusal, is in the incident's history. The live console (--config) records approvals only.
+
 Alerts: --alertmanager URL posts incidents to Alertmanager's v2 API (resolved when they close); --webhook URL posts each change as JSON.
 
 Examples:
@@ -67,6 +69,10 @@ def register(app: typer.Typer) -> None:
         telemetry_db: Path | None = typer.Option(None, "--telemetry-db",
                                                  help="DuckDB file for the twin's telemetry "
                                                       "(default: in memory)"),
+        actions: str = typer.Option("off", "--actions",
+                                    help="off: approvals are recorded only; approve: an approved "
+                                         "action from the allow-list is executed on the twin "
+                                         "(cost-out-link); auto: the console executes it itself"),
     ) -> None:
         from fabricscope.api.serve import ServeOptions, run
         from fabricscope.api.server import TlsFiles
@@ -81,5 +87,5 @@ def register(app: typer.Typer) -> None:
         opts = ServeOptions(twin=twin, config=config, faults=fault, speed=speed, seed=seed, host=host,
                             port=port, token_file=token_file, user=user, tls=tls,
                             insecure=insecure, public_url=public_url, alertmanager=alertmanager,
-                            webhook=webhook, telemetry_db=telemetry_db)
+                            webhook=webhook, telemetry_db=telemetry_db, actions=actions)
         raise typer.Exit(run(opts, echo=lambda m: typer.echo(m, err=True)))

@@ -81,6 +81,7 @@ class Injected:
     text: str
     fault: Fault
     at_wall_s: float
+    mitigated: str = ""  # what ended its symptoms early (an executed action), if anything
 
 
 class TwinSupervisor(BackgroundLoop):
@@ -137,6 +138,23 @@ class TwinSupervisor(BackgroundLoop):
     def faults(self) -> list[Injected]:
         with self._lock:
             return list(self._faults)
+
+    def mitigate(self, index: int, why: str) -> Injected:
+        """End the symptoms of fault ``index`` (of :meth:`faults`) now: an executed action
+        took the traffic off what it affects. Everything computed beyond now is recomputed
+        without them, as :meth:`inject` does."""
+        with self._lock:
+            inj = self._faults[index]
+            now = self._now_ns
+            f = inj.fault
+            if f.end_ns is None or f.end_ns > now:
+                f = replace(f, end_ns=max(now, f.start_ns))
+            done = replace(inj, fault=f, mitigated=why)
+            self._faults[index] = done
+            self._pending = [o for o in self._pending if o.reported_ns <= now]
+            self._computed_ns = min(self._computed_ns, now)
+            log.info("fault %s: symptoms end at t=%.0fs (%s)", inj.text, now / NS, why)
+            return done
 
     @property
     def now_ns(self) -> int:
