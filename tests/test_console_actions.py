@@ -135,8 +135,9 @@ def test_serve_options_reject_actions_they_cannot_carry_out(tmp_path: Path) -> N
     with pytest.raises(ConfigError, match="--actions: expected one of off, approve, auto"):
         build(ServeOptions(actions="yes", token_file=tmp_path / "t"), echo=lambda m: None)
     cfg = tmp_path / "console.yaml"
-    cfg.write_text("inventory: x.yaml\n")
-    with pytest.raises(ConfigError, match="--actions approve: the live console has no action executor"):
+    root = Path(__file__).resolve().parents[1]
+    cfg.write_text(f"inventory: {root / 'examples' / 'fabric.yaml'}\nsources: {{telemetry: t.duckdb}}\n")
+    with pytest.raises(ConfigError, match=r"--actions approve: --config .* has no actions\.gnmi"):
         build(ServeOptions(actions="approve", config=cfg, token_file=tmp_path / "t"),
               echo=lambda m: None)
 

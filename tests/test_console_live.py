@@ -34,9 +34,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start(args: list[str], cwd: Path) -> subprocess.Popen[str]:
+def _start(args: list[str], cwd: Path, extra: dict[str, str] | None = None) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FABRICSCOPE_")}
     env["XDG_CONFIG_HOME"] = str(cwd / ".config")
+    env.update(extra or {})
     return subprocess.Popen([str(BIN / "fabricscope"), *args], cwd=cwd, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -134,6 +135,121 @@ poll: 1s
         errs = [_stop(p) for p in reversed(procs)]
     for e in errs:
         assert "Traceback" not in e, e
+
+
+def _console_url(serve: subprocess.Popen[str]) -> str:
+    assert serve.stderr is not None
+    said = []
+    for line in serve.stderr:
+        said.append(line)
+        if line.startswith("fabricscope console on "):
+            return line.split()[3].rstrip("/")
+    raise AssertionError(f"no startup line: {''.join(said)}")
+
+
+def _wait_port(port: int, proc: subprocess.Popen[str], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+        assert time.monotonic() < deadline, f"{what} did not start"
+        assert proc.poll() is None, proc.communicate()[1]
+        time.sleep(0.2)
+
+
+def test_approved_cost_out_is_a_gnmi_set_that_ends_the_gray_link(tmp_path: Path) -> None:
+    """The closed loop on live sources: a gray link's FCS errors become an incident, the
+    operator approves its cost-out, the console sends the gNMI Set to the switch, the link
+    goes down and its errors stop; the link-down that follows is the action's effect, not a
+    new incident."""
+    gport = _free_port()
+    env = {"GNMI_PW": "s3cret-live-pw"}
+    (tmp_path / "collector.yaml").write_text(f"""
+targets:
+  twin:
+    address: 127.0.0.1:{gport}
+    names: [leaf-000, leaf-001, spine-00, spine-01]
+    username: ops
+    password-env: GNMI_PW
+subscriptions:
+  counters:
+    paths: ["/interfaces/interface[name=*]/state/counters"]
+    stream-mode: sample
+    sample-interval: 1s
+  status:
+    paths: ["/interfaces/interface[name=*]/state/oper-status"]
+    stream-mode: on-change
+    heartbeat-interval: 30s
+detectors: {{error-increase: {{}}, link-flap: {{}}}}
+sinks:
+  - {{type: duckdb, path: telemetry.duckdb, roll-interval: 1s}}
+""")
+    (tmp_path / "console.yaml").write_text(f"""
+inventory: {ROOT / 'examples' / 'fabric.yaml'}
+sources:
+  telemetry: telemetry.duckdb
+poll: 1s
+actions:
+  gnmi: collector.yaml
+""")
+    procs = []
+    try:
+        procs.append(_start(["gnmi", "serve-twin", "--inventory", str(ROOT / "examples" / "fabric.yaml"),
+                             "--address", f"127.0.0.1:{gport}", "--username", "ops",
+                             "--password-env", "GNMI_PW", "--allow-set", "--fault",
+                             "gray-loss leaf-000:eth3->spine-00:eth1 start=3s loss=0.05"],
+                            tmp_path, env))
+        _wait_port(gport, procs[0], "gnmi target")
+        procs.append(_start(["gnmi", "collect", "-c", "collector.yaml"], tmp_path, env))
+        tok = tmp_path / "tok"
+        serve = _start(["serve", "--config", "console.yaml", "--port", "0", "--token-file",
+                        str(tok), "--actions", "approve"], tmp_path, env)
+        procs.append(serve)
+        url = _console_url(serve)
+        hdr = {"Authorization": f"Bearer {tok.read_text().strip()}"}
+        with httpx.Client(base_url=url, headers=hdr, timeout=30) as c:
+            hit: list[dict[str, object]] = []
+            deadline = time.monotonic() + 90
+            while not hit and time.monotonic() < deadline:
+                hit = [i for i in c.get("/api/v1/incidents").json()["items"] if i["resource"] == LINK]
+                time.sleep(0.5)
+            assert hit, c.get("/api/v1/status").json()
+            inc = c.get(f"/api/v1/incidents/{hit[0]['id']}").json()
+            rc = inc["incident"]["root_causes"][0] if "incident" in inc else inc["root_causes"][0]
+            assert rc["fault"] == "gray-link", rc
+            r = c.post(f"/api/v1/incidents/{hit[0]['id']}/approve", json={"action": rc["action"]})
+            assert r.status_code == 200, r.text
+            ap = r.json()["approval"]
+            assert ap["executed"] is True, ap
+            assert "gNMI Set /interfaces/interface[name=eth3]/config/enabled = false on leaf-000" in ap["result"]
+            # the errors stop: the receiving port's FCS counter no longer moves
+            time.sleep(4)
+            names = [n["name"] for n in c.get("/api/v1/telemetry/names").json()["names"]]
+            fcs = next(n for n in names if n.endswith("/in-fcs-errors"))
+
+            def fcs_now() -> float:
+                now = time.time_ns()
+                ser = c.get("/api/v1/telemetry/series", params={
+                    "target": "spine-00", "name": fcs, "interface": "eth1", "agg": "max",
+                    "start_ns": now - 3 * 10**9, "end_ns": now, "points": 1}).json()
+                assert ser.get("raw_points", 0) >= 1, ser
+                return float(max(v for _, v in ser["points"] if v is not None))
+
+            first = fcs_now()
+            time.sleep(4)
+            assert fcs_now() == first and first > 0
+            st = c.get("/api/v1/status").json()
+            deadline = time.monotonic() + 20
+            while st.get("findings_after_cost_out", 0) < 1 and time.monotonic() < deadline:
+                time.sleep(0.5)
+                st = c.get("/api/v1/status").json()
+            assert st.get("findings_after_cost_out", 0) >= 1, st  # the link-down it caused
+            kinds = {i["kind"] for i in c.get("/api/v1/incidents").json()["items"]
+                     if i["resource"] == LINK}
+            assert "link-down" not in kinds, kinds
+    finally:
+        errs = [_stop(p) for p in reversed(procs)]
+    for e in errs:
+        assert "Traceback" not in e, e
+    assert "s3cret-live-pw" not in "".join(errs)
 
 
 def test_live_config_mistakes_name_file_and_field(tmp_path: Path) -> None:

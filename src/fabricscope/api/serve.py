@@ -117,15 +117,21 @@ def build(opts: ServeOptions, echo: Callable[[str], None]
         if opts.faults:
             raise ConfigError("--fault: faults are injected on the twin; with --config the "
                               "console follows live sources")
-        if actions != "off":
-            raise ConfigError(f"--actions {actions}: the live console has no action executor "
-                              "yet (approvals are recorded, not executed); use --actions off, "
-                              "or run the console on the twin")
         cfg = read_live_config(opts.config)
         for note in cfg.notes:
             echo(f"note: --config {opts.config}: {note}")
+        if actions != "off" and cfg.actions_gnmi is None:
+            raise ConfigError(f"--actions {actions}: --config {opts.config} has no actions.gnmi "
+                              "(the gnmi collect config naming the switches to act on)")
         token, where = load_token(opts, echo)
         state, svc = build_live_console(cfg)
+        if actions != "off":
+            from fabricscope.service.gnmi_executor import GnmiExecutor
+            from fabricscope.telemetry.config import load_config
+
+            assert cfg.actions_gnmi is not None
+            executor = GnmiExecutor(state.fabric, load_config(cfg.actions_gnmi))
+            state.configure_actions(executor, svc.kb, mode=actions)
     else:
         token, where = load_token(opts, echo)
         fabric = load_twin_fabric(opts.twin)

@@ -195,6 +195,10 @@ def register(app: typer.Typer) -> None:
         grace: float = typer.Option(2.0, "--shutdown-grace", help="Seconds open RPCs get to finish on SIGINT/SIGTERM."),
         encoding: str = typer.Option("request", "--encoding", help="request | typed | json_ietf (json_ietf: pygnmi-safe)."),
         duration: float | None = typer.Option(None, "--duration", help="Stop after this many seconds."),
+        allow_set: bool = typer.Option(False, "--allow-set", help="Accept gNMI Set of "
+                                       "/interfaces/interface[name=*]/config/enabled from an authenticated "
+                                       "client (false takes the port and its cable down: the console's "
+                                       "cost-out); needs --username/--password-env."),
     ) -> None:
         import asyncio
         import logging
@@ -217,6 +221,9 @@ def register(app: typer.Typer) -> None:
                               paths_per_request=max_paths, receive_message_bytes=max_msg)
         user, pw = _login(username, password_env)
         creds = Credentials(user, pw) if user is not None and pw is not None else None
+        if allow_set and creds is None:
+            raise ConfigError("--allow-set: Set changes the fabric, so it needs credentials: "
+                              "add --username and --password-env")
         tls = None
         if (tls_cert is None) != (tls_key is None):
             raise ConfigError("--tls-cert/--tls-key: give both or neither")
@@ -259,7 +266,8 @@ def register(app: typer.Typer) -> None:
 
         summary = asyncio.run(serve_twin(twin, address=address, credentials=creds, tls=tls, encoding=encoding,
                                          on_ready=ready, duration_s=duration, limits=limits, grace_s=grace,
-                                         faults=faults, fault_file=ff, on_reload=reloaded))
+                                         faults=faults, fault_file=ff, on_reload=reloaded,
+                                         allow_set=allow_set))
         t, st = summary.target, summary.target.stats
         typer.echo(f"stopped after {summary.uptime_s:.1f} s ({summary.signal or 'duration over'}"
                    f"{', shutdown deadline hit' if summary.stop_timed_out else ''}): {st.rpcs} RPCs, "

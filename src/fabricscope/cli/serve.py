@@ -20,7 +20,7 @@ Live sources instead of the twin: --config console.yaml names the inventory and 
 
 On the twin, inject faults while it runs from the UI's API (POST /api/v1/twin/faults) or at start with --fault KIND:SUBJECT[@START[-END]][,KEY=VALUE] (times from now; kinds as in `supervise --help`).
 
-Actions (off by default): with --actions approve, approving an incident's proposed action in the UI or the API (POST /api/v1/incidents/ID/approve) executes it when it is on the allow-list of reversible actions and the twin can carry it out (cost-out-link: the cable stops carrying traffic, so the symptoms that need traffic end); --actions auto executes it without waiting for an approval. Every execution, and every refusal, is in the incident's history. The live console (--config) records approvals only.
+Actions (off by default): with --actions approve, approving an incident's proposed action in the UI or the API (POST /api/v1/incidents/ID/approve) executes it when it is on the allow-list of reversible actions and the twin can carry it out (cost-out-link: the cable stops carrying traffic, so the symptoms that need traffic end); --actions auto executes it without waiting for an approval. Every execution, and every refusal, is in the incident's history. With --config, the actions go to the switches as gNMI Set requests (cost-out-link: interfaces/interface/config/enabled false on the cable's switch end) through the targets of the collector config named by the console config's actions.gnmi, and the link-down that follows is not reported as a new incident.
 
 Alerts: --alertmanager URL posts incidents to Alertmanager's v2 API (resolved when they close); --webhook URL posts each change as JSON.
 
@@ -72,7 +72,8 @@ def register(app: typer.Typer) -> None:
         actions: str = typer.Option("off", "--actions",
                                     help="off: approvals are recorded only; approve: an approved "
                                          "action from the allow-list is executed on the twin "
-                                         "(cost-out-link); auto: the console executes it itself"),
+                                         "(cost-out-link; with --config as a gNMI Set); auto: the "
+                                         "console executes it itself"),
     ) -> None:
         from fabricscope.api.serve import ServeOptions, run
         from fabricscope.api.server import TlsFiles

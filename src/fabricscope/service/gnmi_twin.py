@@ -121,15 +121,17 @@ async def serve_twin(
     faults: Sequence[Fault] = (),
     fault_file: FaultFile | None = None,
     on_reload: Callable[[int, str], None] | None = None,
+    allow_set: bool = False,
 ) -> ServeSummary:
     """Serve ``twin`` until SIGINT/SIGTERM (or ``duration_s``); stop within ``grace_s`` (+1 s).
 
     SIGHUP re-reads ``fault_file``; the twin then runs ``faults`` plus the file's faults. A
     bad reload is logged and reported to ``on_reload`` and the previous faults stay.
-    Exit code 0 (duration over), 130 (SIGINT), 143 (SIGTERM).
+    ``allow_set``: accept gNMI Set of ``config/enabled`` (:meth:`Twin.set_config`) from an
+    authenticated client. Exit code 0 (duration over), 130 (SIGINT), 143 (SIGTERM).
     """
     target = GnmiTarget(twin, address=address, credentials=credentials, tls=tls, encoding=encoding,
-                        limits=limits)
+                        limits=limits, allow_set=allow_set)
     await target.start()
     t0 = time.monotonic()
     summary = ServeSummary(target, 0.0)

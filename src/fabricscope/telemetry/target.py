@@ -37,6 +37,7 @@ from fabricscope.model.errors import ConfigError, FabricscopeError
 from fabricscope.telemetry.auth import LoginThrottle
 from fabricscope.telemetry.codec import (
     ValueEncoding,
+    decode_value,
     encode_notification,
     encode_sync_response,
     from_proto_path,
@@ -46,7 +47,7 @@ from fabricscope.telemetry.codec import (
     typed_value,
 )
 from fabricscope.telemetry.limits import BoundedCache, TargetLimits
-from fabricscope.telemetry.paths import GPath, join, match, parse_path
+from fabricscope.telemetry.paths import GPath, format_path, join, match, parse_path
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,15 @@ SERVED_ORIGINS = ("", "openconfig")
 class Leaf(Protocol):
     @property
     def path(self) -> str: ...
+
+
+class Configurable(Protocol):
+    """A source that accepts configuration through gNMI Set (optional: the twin does)."""
+
+    def set_config(self, target: str, path: str, value: Value, *, apply: bool = True) -> str:
+        """Validate (``apply`` False) or apply one leaf; returns what changed; raises
+        :class:`~fabricscope.model.errors.ConfigError` naming the path when it cannot."""
+        ...
 
 
 class TelemetrySource(Protocol):
@@ -226,12 +236,15 @@ class GnmiTarget:
         on_change_check_ns: int = 100_000_000,
         limits: TargetLimits | None = None,
         throttle: LoginThrottle | None = None,
+        allow_set: bool = False,
     ) -> None:
         if encoding not in ("request", "typed", "json_ietf"):
             raise ConfigError(f"gnmi target: encoding: expected request|typed|json_ietf, got {encoding!r}")
         self.source = source
         self.address = address
         self.credentials = credentials
+        # Set changes the fabric: off unless asked, and only for an authenticated client
+        self.allow_set = allow_set
         self.tls = tls
         self.encoding = encoding
         self.on_change_check_ns = on_change_check_ns
@@ -435,8 +448,56 @@ class GnmiTarget:
         )
 
     async def _set(self, request: gnmi_pb2.SetRequest, context: grpc.aio.ServicerContext) -> gnmi_pb2.SetResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Set: the twin is read-only")
-        raise AssertionError("unreachable")
+        """gNMI Set (gNMI spec 3.4): ``update`` / ``replace`` of the leaves the source accepts
+        (:class:`Configurable`), all validated before any is applied (a Set is one
+        transaction); ``delete`` is refused. Only with ``allow_set`` and credentials."""
+        try:
+            self._auth(context)
+            set_config = getattr(self.source, "set_config", None)
+            if not self.allow_set or set_config is None:
+                raise _Abort(grpc.StatusCode.UNIMPLEMENTED, "Set: this target is read-only "
+                             "(serve-twin --allow-set accepts interfaces/interface/config/enabled)")
+            if self.credentials is None:
+                raise _Abort(grpc.StatusCode.PERMISSION_DENIED,
+                             "Set: refused without credentials (start the target with "
+                             "--username/--password-env)")
+            if request.delete:
+                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                             "delete: not supported (set the leaf's value instead)")
+            ops = [(u, gnmi_pb2.UpdateResult.UPDATE) for u in request.update] + [
+                (u, gnmi_pb2.UpdateResult.REPLACE) for u in request.replace]
+            if not ops:
+                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "update/replace: nothing to set")
+            if len(ops) > self.limits.paths_per_request:
+                self.stats.refused += 1
+                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"update: {len(ops)} paths, more than the limit {self.limits.paths_per_request}")
+            prefix = from_proto_path(request.prefix, source="prefix")
+            target = request.prefix.target
+            if target not in self._targets:
+                raise _Abort(grpc.StatusCode.NOT_FOUND,
+                             f"prefix.target: no such device {_clip(target, 64)!r}")
+            todo = []
+            for i, (u, op) in enumerate(ops):
+                path = format_path(join(prefix, from_proto_path(u.path, source=f"update[{i}].path")))
+                value = decode_value(u.val)
+                set_config(target, path, value, apply=False)
+                todo.append((u, op, path, value))
+            self._sync()
+            results = []
+            for u, op, path, value in todo:
+                what = set_config(target, path, value, apply=True)
+                log.warning("gNMI Set on %s by %s: %s", _clip(target, 64),
+                            peer_host(context.peer() or ""), what)
+                results.append(gnmi_pb2.UpdateResult(path=u.path, op=op))
+            return gnmi_pb2.SetResponse(prefix=request.prefix, response=results,
+                                        timestamp=time.time_ns())
+        except _Abort as a:
+            await context.abort(a.code, a.msg)
+            raise AssertionError("unreachable") from None
+        except FabricscopeError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise AssertionError("unreachable") from None
 
     async def _get(self, request: gnmi_pb2.GetRequest, context: grpc.aio.ServicerContext) -> gnmi_pb2.GetResponse:
         try:

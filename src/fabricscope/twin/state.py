@@ -38,6 +38,7 @@ Pure: the clock is handed in, randomness is a numpy Generator; no I/O.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -60,6 +61,7 @@ from fabricscope.twin.optics_physics import (
 )
 
 F64 = npt.NDArray[np.float64]
+_ENABLED = re.compile(r"/interfaces/interface\[name=([^\]/]+)\]/config/enabled")
 
 NS = 1_000_000_000
 DAY_NS = 86_400 * NS
@@ -227,6 +229,8 @@ class Twin:
         self._queue_bg = np.zeros(m)
         self._speed = self._cap * 8.0  # negotiated bit/s per directed link (link-degraded lowers it)
         self._drain = np.zeros(m)  # fraction of the offered load routed away (cost-out: 1)
+        # egress links of ports set administratively down (gNMI Set of config/enabled)
+        self._admin_down = np.zeros(m, dtype=bool)
         self._check_faults(self.faults)
 
     # ------------------------------------------------------------------ inputs
@@ -294,6 +298,47 @@ class Twin:
         for e in edges:
             self._drain[e] = fraction
         return sorted(set(edges))
+
+    def set_admin(self, port: str, enabled: bool) -> bool:
+        """Set ``port``'s administrative state (OpenConfig ``config/enabled``) from now on
+        (advance the twin to now first). Disabled, its cable carries nothing either way and
+        both ends report oper-status DOWN (the peer loses the carrier), with one carrier
+        transition each; ``admin-status`` DOWN at this end only. Enabled again undoes it.
+        Returns whether anything changed."""
+        row = self.port_row.get(port)
+        if row is None:
+            raise ConfigError(f"Twin.set_admin: no cabled port {port!r} in {self.fabric.name}")
+        eg = int(self._egress_of_port[row])
+        if bool(self._admin_down[eg]) != enabled:
+            return False
+        was = bool(self._admin_down[eg] or self._admin_down[eg ^ 1])
+        self._admin_down[eg] = not enabled
+        now = bool(self._admin_down[eg] or self._admin_down[eg ^ 1])
+        if was != now:
+            for e in (eg, eg ^ 1):
+                self._c["carrier"][e] += 1
+                self._up[e] = not now
+        return True
+
+    def set_config(self, target: str, path: str, value: int | float | str | bool, *,
+                   apply: bool = True) -> str:
+        """A gNMI Set of one leaf on ``target`` (the twin's ``Configurable`` side): only
+        ``/interfaces/interface[name=NAME]/config/enabled`` (a boolean) is settable.
+        ``apply`` False only validates. Returns what was done."""
+        m = _ENABLED.fullmatch(path)
+        if m is None:
+            raise ConfigError(f"{path}: not settable on the twin (settable: "
+                              "/interfaces/interface[name=NAME]/config/enabled)")
+        port = f"{target}:{m[1]}"
+        if port not in self.port_row:
+            raise ConfigError(f"{path}: {target} has no cabled port {m[1]!r}")
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}: expected a boolean, got {value!r}")
+        if not apply:
+            return ""
+        changed = self.set_admin(port, value)
+        state = "enabled" if value else "disabled"
+        return f"{port} {state}" + ("" if changed else " (already)")
 
     @property
     def now_ns(self) -> int:
@@ -399,6 +444,8 @@ class Twin:
                     optic_days[row] = max(optic_days.get(row, 0.0), days * f.param("rate", 1.0))
         self._speed = cap * 8.0
         offered *= 1.0 - self._drain
+        admin = self._admin_down | self._admin_down[np.arange(m) ^ 1]
+        down_frac = np.where(admin, 1.0, down_frac)
         up_frac = 1.0 - down_frac
         cap_eff = cap * (1.0 - paused_frac) * up_frac
         offered_eff = offered * up_frac
@@ -458,6 +505,7 @@ class Twin:
             if _is_down(f, t1):
                 for e in self._edges_of(f.subject):
                     self._up[e] = self._up[e ^ 1] = False
+        self._up[admin] = False
         # pause frames: the storming port sends, its peer receives
         if pause_tx_rate.any():
             rows = np.flatnonzero(pause_tx_rate)
@@ -560,6 +608,8 @@ class Twin:
             return np.maximum(self._wm_cur, self._wm_prev)
         if name == "oper_up":
             return self._up.astype(np.float64)
+        if name == "admin_up":
+            return (~self._admin_down).astype(np.float64)
         if name == "speed_bps":
             return self._speed
         if name == "port_speed_bps":
@@ -607,6 +657,7 @@ class Twin:
             name = pid.rsplit(":", 1)[1]
             ifc = f"/interfaces/interface[name={name}]"
             yield TwinLeaf(f"{ifc}/state/oper-status", "oper_up", eg)
+            yield TwinLeaf(f"{ifc}/state/admin-status", "admin_up", eg)
             cnt = f"{ifc}/state/counters"
             for leaf, fld, e in (
                 ("in-octets", "in_octets", ing), ("in-pkts", "in_pkts", ing),
@@ -657,7 +708,7 @@ class Twin:
             if arr is None:
                 arr = self.field(lf.field)
                 cache[lf.field] = arr
-            if lf.field == "oper_up":
+            if lf.field in ("oper_up", "admin_up"):
                 out.append("UP" if arr[lf.index] > 0 else "DOWN")
             elif lf.field in ("speed_bps", "port_speed_bps"):
                 out.append(speed_identity(float(arr[lf.index])))

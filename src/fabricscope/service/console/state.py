@@ -94,6 +94,7 @@ class ConsoleState:
         self.action_mode = "off"
         self._kb: KnowledgeBase | None = None
         self._auto_done: set[tuple[str, str, str]] = set()
+        self._costed_out: dict[str, int] = {}  # cable -> console time of an executed cost-out
 
     def configure_actions(self, executor: Executor | None, kb: KnowledgeBase, *,
                           mode: str = "approve") -> None:
@@ -240,6 +241,9 @@ class ConsoleState:
             assert self.executor is not None and planned is not None
             r = self.executor.execute(planned.automation, planned.root_cause.resource)
             executed = r.ok
+            if r.ok and r.automation == "cost-out-link":
+                with self._lock:
+                    self._costed_out[r.resource] = self.sim_ns
             result = (f"executed: {r.detail}" + (f" (undo: {r.undo})" if r.undo else "")
                       if r.ok else f"failed: {r.detail}")
         with self._lock:
@@ -277,6 +281,11 @@ class ConsoleState:
     def incident(self, id: str) -> Incident | None:
         with self._lock:
             return self._incidents.get(id)
+
+    def costed_out(self) -> dict[str, int]:
+        """Cables an executed ``cost-out-link`` took out, with the console time it did."""
+        with self._lock:
+            return dict(self._costed_out)
 
     def history(self, id: str) -> list[tuple[int, str]]:
         """The incident's changes: (sim_ns, what) in order."""

@@ -9,6 +9,11 @@ store read-only for a moment, takes the findings it has not seen, feeds them to 
 nanoseconds since the epoch), and publishes new and changed incidents to the console state.
 It never holds a store open between polls, so the collector's folds are not blocked.
 
+After an executed ``cost-out-link`` (:meth:`ConsoleState.costed_out`), the link-down and
+link-flap findings of that cable that begin after it are the action's own effect: they are
+counted (``findings_after_cost_out`` in ``/api/v1/status``) and not correlated, so the console
+does not open an incident for the link it took down itself.
+
 The config file::
 
     inventory: fabric.yaml          # the fabric the sources report on (required)
@@ -16,6 +21,8 @@ The config file::
       telemetry: telemetry.duckdb   # a `gnmi collect` store: its detector findings + series
       findings: incidents.duckdb    # a diagnosis store (`supervise --db`)
     poll: 5s                        # optional, default 5 s
+    actions:                        # optional: what `serve --actions approve|auto` acts through
+      gnmi: collector.yaml          # a `gnmi collect` config: targets, credentials, TLS
 
 Paths are relative to the config file. At least one source is required. A store that does
 not exist yet is accepted with a note (a console may start before its collector). Every mistake is one
@@ -48,7 +55,8 @@ from fabricscope.service.supervise_twin import NS, parse_time_s, switch_telemetr
 
 log = logging.getLogger("fabricscope.serve.live")
 
-_KEYS = {"inventory", "sources", "poll"}
+_KEYS = {"inventory", "sources", "poll", "actions"}
+_EXPECTED_AFTER_COST_OUT = frozenset({"link-down", "link-flap"})
 _SOURCES = {"telemetry", "findings"}
 
 
@@ -62,6 +70,7 @@ class LiveConfig:
     findings_db: Path | None
     poll_s: float = 5.0
     notes: tuple[str, ...] = ()  # warnings for the operator (a store not written yet)
+    actions_gnmi: Path | None = None  # collector config the gNMI executor acts through
 
 
 def read_live_config(path: Path) -> LiveConfig:
@@ -125,7 +134,14 @@ def read_live_config(path: Path) -> LiveConfig:
     poll_s = parse_time_s(str(poll), source=f"{src}: poll")
     if not 0.2 <= poll_s <= 3600:
         raise ConfigError(f"{src}: poll: expected 0.2 s .. 1 h, got {poll!r}")
-    return LiveConfig(path, inv, tel, fnd, poll_s, tuple(notes))
+    actions = doc.get("actions")
+    gnmi: Path | None = None
+    if actions is not None:
+        if not isinstance(actions, dict) or set(map(str, actions)) != {"gnmi"}:
+            raise ConfigError(f"{src}: actions: expected a mapping with gnmi: COLLECTOR.yaml, "
+                              f"got {actions!r}")
+        gnmi = file("actions.gnmi", actions["gnmi"])
+    return LiveConfig(path, inv, tel, fnd, poll_s, tuple(notes), gnmi)
 
 
 def live_coverage(fabric: Fabric, sources: Mapping[str, float]) -> Coverage:
@@ -159,6 +175,7 @@ class StoreSupervisor(BackgroundLoop):
         self._lock = threading.Lock()
         self.polls = 0
         self.unknown = 0
+        self.after_cost_out = 0
         self.errors = 0
         self.error = ""
         state.info["sources"] = {k: str(v) for k, v in (("telemetry", cfg.telemetry_db),
@@ -198,13 +215,16 @@ class StoreSupervisor(BackgroundLoop):
             new.extend(self._store_findings())
         fresh = [o for o in new if o.id not in self._seen]
         known = []
+        out = self.state.costed_out()
         for o in fresh:
             self._seen.add(o.id)
             head = o.subject.split("->")[0].split("|")[0]
-            if self.rmap.known(head):
-                known.append(o)
-            else:
+            if not self.rmap.known(head):
                 self.unknown += 1
+            elif out and self._after_cost_out(o, out):
+                self.after_cost_out += 1
+            else:
+                known.append(o)
         known.sort(key=lambda o: (o.reported_ns, o.source, o.id))
         now = self.clock()
         with self._lock:
@@ -218,8 +238,18 @@ class StoreSupervisor(BackgroundLoop):
         self.polls += 1
         self.state.info["polls"] = self.polls
         self.state.info["findings_unknown_resource"] = self.unknown
+        self.state.info["findings_after_cost_out"] = self.after_cost_out
         self.state.set_time(now)
         return len(known)
+
+    def _after_cost_out(self, o: Observed, out: Mapping[str, int]) -> bool:
+        """Whether ``o`` is a link going down that the console's own cost-out caused."""
+        if o.kind not in _EXPECTED_AFTER_COST_OUT:
+            return False
+        cables = self.rmap.resources(o.subject, "cable") if self.rmap.ports_of_subject(o.subject) else ()
+        # the finding's window may open up to one poll before the Set's effect is read
+        slack = int(self.cfg.poll_s * NS)
+        return any(c in out and o.finding.window[1] >= out[c] - slack for c in cables)
 
     # -- running ----------------------------------------------------------------------------
     def _run(self) -> None:
