@@ -239,7 +239,8 @@ def register(app: typer.Typer) -> None:
                 tap_fh.close()
         extra: dict[str, int] = {}
         if role == "probes":
-            extra = {"probe_samples": getattr(w, "samples", 0), "windows": getattr(w, "windows", 0)}
+            extra = {"probe_samples": getattr(w, "samples", 0), "windows": getattr(w, "windows", 0),
+                     "probes_not_running": getattr(w, "not_running", 0)}
         elif role == "incidents":
             extra = {"findings": getattr(w, "findings", 0), "incidents": len(getattr(w, "incidents", {})),
                      "incident_updates": getattr(w, "published", 0)}
@@ -253,7 +254,8 @@ def register(app: typer.Typer) -> None:
                        + (f"; stored in {db}" if db is not None else ""))
         elif extra:
             typer.echo(f"worker {durable}: {stats.batches} batches, {extra['probe_samples']} probe samples, "
-                       f"{extra['windows']} windows analysed, {stats.findings_published} findings published, "
+                       f"{extra['windows']} windows analysed ({extra['probes_not_running']} probes to or from an agent "
+                       f"not running left out), {stats.findings_published} findings published, "
                        f"lag {stats.lag}" + (f"; {added[0]} findings added to {db}" if db is not None else ""))
         else:
             typer.echo(f"worker {durable}: {stats.batches} batches, {stats.events} events "

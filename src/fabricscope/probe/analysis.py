@@ -74,6 +74,12 @@ class Observations:
                             self.t_resp_tx_ns[m], self.t_recv_ns[m],
                             None if self.status is None else self.status[m])
 
+    def select(self, mask: npt.NDArray[np.bool_]) -> Observations:
+        """The probes where ``mask`` is true (same flows)."""
+        return Observations(self.flows, self.flow[mask], self.t_send_ns[mask], self.t_resp_rx_ns[mask],
+                            self.t_resp_tx_ns[mask], self.t_recv_ns[mask],
+                            None if self.status is None else self.status[mask])
+
     def lost_status(self) -> I64:
         """Per probe: ANSWERED, REQUEST_LOST, REPLY_LOST or LOST_UNKNOWN."""
         lost = self.t_recv_ns == LOST
@@ -432,3 +438,65 @@ def common_window(obs: Observations, *, margin_ns: int = 2_000_000_000) -> tuple
     np.minimum.at(first, src, obs.t_send_ns)
     np.maximum.at(last, src, obs.t_send_ns)
     return int(first.max()) + margin_ns, int(last.min()) - margin_ns
+
+
+def running_mask(obs: Observations, *, margin_ns: int = 2_000_000_000,
+                 probers: Iterable[str] = (), min_gap_ns: int = 1_000_000_000) -> npt.NDArray[np.bool_]:
+    """Per probe: whether both of its ends were running when it was sent, for a stream of
+    probes where agents start, stop and restart at any time (``common_window`` assumes one
+    run of every agent; a continuous worker cannot).
+
+    An agent's *runs* are read from its own sends: a gap longer than ``max(min_gap_ns, 10 x
+    its median send interval)`` ends a run. A probe at ``t`` from ``s`` to ``d`` is kept when
+    ``t`` is at least ``margin_ns`` into a run of ``s`` (start-up: ARP and the responder's
+    socket are not ready), and, when ``d`` is a prober too (it sends in ``obs`` or is named in
+    ``probers``), ``t`` lies inside a run of ``d`` with ``margin_ns`` on both sides: a probe to
+    an agent that had not started, had stopped or was restarting looks lost, and that is not
+    a network fault. A destination that never probes (a responder only) is trusted.
+    The last run of an agent that is still sending at the end of ``obs`` is open (no end
+    margin). ``obs`` should start ``margin_ns`` plus a gap before the probes to judge."""
+    n = len(obs)
+    keep = np.ones(n, dtype=bool)
+    if n == 0:
+        return keep
+    names = sorted({s for s, _, _ in obs.flows} | {d for _, d, _ in obs.flows} | set(probers))
+    idx = {x: i for i, x in enumerate(names)}
+    src_of = np.array([idx[s] for s, _, _ in obs.flows], dtype=np.int64)
+    dst_of = np.array([idx[d] for _, d, _ in obs.flows], dtype=np.int64)
+    src, dst, t = src_of[obs.flow], dst_of[obs.flow], obs.t_send_ns
+    # runs per agent: [start, end] of each stretch of its own sends
+    # (a run still going at the end of the data, within its gap and the margin of the newest
+    # send of any agent, is open: agents flush at different moments)
+    newest = int(t.max())
+    runs: dict[int, tuple[I64, I64]] = {}
+    for a in np.unique(src):
+        ts = np.sort(t[src == a])
+        d = np.diff(ts)
+        gap = max(min_gap_ns, 10 * int(np.median(d))) if len(d) else min_gap_ns
+        cut = np.flatnonzero(d > gap)
+        ends = ts[np.r_[cut, len(ts) - 1]].copy()
+        if ends[-1] >= newest - gap - margin_ns:
+            ends[-1] = np.iinfo(np.int64).max // 2
+        runs[int(a)] = (ts[np.r_[0, cut + 1]], ends)
+    prober = np.zeros(len(names), dtype=bool)
+    prober[list(runs)] = True
+    for p in probers:
+        prober[idx[p]] = True
+    for a, (starts, _) in runs.items():
+        m = src == a
+        k = np.searchsorted(starts, t[m], side="right") - 1
+        keep[m] &= t[m] >= starts[k] + margin_ns
+    for a in np.flatnonzero(prober):
+        m = dst == a
+        if not m.any():
+            continue
+        if int(a) not in runs:  # a prober that sent nothing here: not running
+            keep[m] = False
+            continue
+        starts, ends = runs[int(a)]
+        k = np.searchsorted(starts, t[m], side="right") - 1
+        ok = k >= 0
+        kk = np.maximum(k, 0)
+        ok &= (t[m] >= starts[kk] + margin_ns) & (t[m] <= ends[kk] - margin_ns)
+        keep[m] &= ok
+    return keep

@@ -34,7 +34,7 @@ from fabricscope.cluster.worker import Worker
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.model.errors import ConfigError
 from fabricscope.model.records import Finding
-from fabricscope.probe.analysis import check_inputs
+from fabricscope.probe.analysis import check_inputs, running_mask
 from fabricscope.service.probe_live import analyze_observations
 from fabricscope.store.probes import ProbeStore
 from fabricscope.telemetry.detectors import DetectorSet
@@ -56,6 +56,7 @@ class ProbeWorker(Worker):
 
     def __init__(self, config: BusConfig | None, fabric: Fabric, db: str | Path, *, durable: str = "fs-probes",
                  window_s: float = 30.0, lateness_s: float = 5.0, retain_s: float = 600.0, method: str = "map",
+                 margin_s: float = 2.0,
                  on_findings: Callable[[list[Finding], tuple[int, int]], None] | None = None,
                  **kw: Any) -> None:
         cfg = config or BusConfig()
@@ -73,6 +74,8 @@ class ProbeWorker(Worker):
         self.window_ns = int(window_s * 1e9)
         self.lateness_ns = int(lateness_s * 1e9)
         self.retain_ns = int(retain_s * 1e9)
+        self.margin_ns = int(margin_s * 1e9)
+        self.not_running = 0  # probes dropped because an end was not running
         self.on_findings = on_findings
         try:
             self.store = ProbeStore(db)
@@ -131,7 +134,12 @@ class ProbeWorker(Worker):
         end = self._first_end()
         while end is not None and end + self.lateness_ns <= self.newest_ns:
             start = end - self.window_ns
-            obs = self.store.observations(t0_ns=start, t1_ns=end)
+            ext = 2 * self.margin_ns + 10_000_000_000  # room to see each agent's runs
+            wide = self.store.observations(t0_ns=start - ext, t1_ns=end + ext)
+            probers = [r[0] for r in self.store.con.execute("SELECT DISTINCT src FROM probes").fetchall()]
+            keep = running_mask(wide, margin_ns=self.margin_ns, probers=probers)
+            obs = wide.select(keep).window(start, end)
+            self.not_running += len(wide.window(start, end)) - len(obs)
             found: list[Finding] = []
             if len(obs):
                 try:
