@@ -80,6 +80,28 @@ def test_approved_cost_out_ends_the_gray_link_and_its_incident_closes(fabric) ->
     assert "approved by operator" in hist and "executed" in hist
 
 
+def test_undo_brings_the_link_back_with_its_unrepaired_fault(fabric) -> None:  # type: ignore[no-untyped-def]
+    state, sup, _ = _console(fabric, "approve")
+    sup.advance_to(30 * NS)
+    sup.inject(GRAY)
+    sup.advance_to(120 * NS)
+    inc = _gray_incident(state)
+    assert state.undo(inc.id, "operator") is None  # nothing executed yet
+    rc = next(rc for rc in inc.root_causes if rc.fault == "gray-link")
+    assert state.approve(inc.id, rc.action, "operator").executed  # type: ignore[union-attr]
+    sup.advance_to(180 * NS)
+    assert _later_reports(state, 130 * NS) == [] and state.costed_out() == {LINK: 120 * NS}
+    ok, detail = state.undo(inc.id, "operator", "optic replaced? no") or (False, "")
+    assert ok and "cost-in-link" in detail and "gray-loss on it shows again" in detail, detail
+    assert not sup.faults()[0].mitigated and sup.faults()[0].fault.end_ns is None
+    assert state.costed_out() == {}
+    sup.advance_to(360 * NS)
+    assert _later_reports(state, 185 * NS), "the unrepaired gray link is reported again"
+    hist = " ".join(text for _, text in state.history(inc.id))
+    assert "undo by operator of cost-out-link" in hist
+    assert state.undo(inc.id, "operator") is None  # undone once
+
+
 def test_without_the_action_the_incident_stays_open(fabric) -> None:  # type: ignore[no-untyped-def]
     state, sup, ex = _console(fabric, "off")
     sup.advance_to(30 * NS)

@@ -245,6 +245,16 @@ actions:
             kinds = {i["kind"] for i in c.get("/api/v1/incidents").json()["items"]
                      if i["resource"] == LINK}
             assert "link-down" not in kinds, kinds
+            # undo: the link is enabled again and, never repaired, errs again
+            r = c.post(f"/api/v1/incidents/{hit[0]['id']}/undo", json={})
+            assert r.status_code == 200 and r.json()["undo"]["ok"], r.text
+            assert "config/enabled = true on leaf-000" in r.json()["undo"]["result"]
+            assert c.post(f"/api/v1/incidents/{hit[0]['id']}/undo", json={}).status_code == 400
+            before = fcs_now()
+            deadline = time.monotonic() + 20
+            while fcs_now() == before and time.monotonic() < deadline:
+                time.sleep(1)
+            assert fcs_now() > before
     finally:
         errs = [_stop(p) for p in reversed(procs)]
     for e in errs:

@@ -328,6 +328,20 @@ def create_app(state: ConsoleState, settings: ApiSettings,
                              "executed": a.executed, "result": a.result},
                 "detail": "approval recorded; " + a.result}
 
+    @app.post("/api/v1/incidents/{id}/undo", tags=["incidents"])
+    def undo(id: str, body: dict[str, Any] = Body(default={})) -> dict[str, Any]:
+        """Undo the incident's last executed action (a cost-in after a cost-out,
+        ``{"note": "..."}`` optional); recorded in its history. 400 when nothing was
+        executed."""
+        _incident_or_404(id)
+        note = body.get("note", "")
+        if not isinstance(note, str):
+            raise _bad("note", note, "expected a string")
+        r = state.undo(id, settings.user, note)
+        if r is None:
+            raise HTTPException(400, "undo: the incident has no executed action to undo")
+        return {"undo": {"ok": r[0], "result": r[1]}}
+
     @app.get("/api/v1/findings", tags=["findings"])
     def findings(source: str | None = None, kind: str | None = None,
                  subject: str | None = None, since_ns: int | None = None,

@@ -61,6 +61,7 @@ class GnmiExecutor:
             for name in t.names or (t.name,):
                 self.by_device.setdefault(name, t)
         self.done: list[ActionResult] = []
+        self._set_ports: dict[str, str] = {}  # cable -> the switch port disabled for it
 
     def supports(self, automation: str) -> bool:
         """Whether ``automation`` can be carried out (``cost-out-link`` only)."""
@@ -97,11 +98,42 @@ class GnmiExecutor:
         if isinstance(end, str):
             return ActionResult(automation, resource, False, end)
         cable, port = end
+        failed = self._set_enabled(port, False)
+        dev, _, name = port.rpartition(":")
+        path = f"/interfaces/interface[name={name}]/config/enabled"
+        where = f"{dev} ({self.by_device[dev].address})"
+        if failed:
+            return ActionResult(automation, cable, False, f"gNMI Set {path} = false on {where} failed: {failed}")
+        self._set_ports[cable] = port
+        log.warning("gNMI Set %s = false on %s: %s costed out", path, where, cable)
+        return ActionResult(automation, cable, True,
+                            f"gNMI Set {path} = false on {where}: {cable} is down and drained",
+                            undo=f"gNMI Set {path} = true on {dev}")
+
+    def revert(self, done: ActionResult) -> ActionResult:
+        """Undo an executed cost-out: ``config/enabled`` true on the port it disabled."""
+        port = self._set_ports.get(done.resource) if done.ok else None
+        if done.automation != "cost-out-link" or port is None:
+            return ActionResult(done.automation, done.resource, False,
+                                f"{done.automation} on {done.resource}: nothing to undo")
+        dev, _, name = port.rpartition(":")
+        path = f"/interfaces/interface[name={name}]/config/enabled"
+        failed = self._set_enabled(port, True)
+        if failed:
+            return ActionResult("cost-in-link", done.resource, False,
+                                f"gNMI Set {path} = true on {dev} failed: {failed}")
+        del self._set_ports[done.resource]
+        log.warning("gNMI Set %s = true on %s: %s back in service", path, dev, done.resource)
+        return ActionResult("cost-in-link", done.resource, True,
+                            f"gNMI Set {path} = true on {dev}: {done.resource} is back in service")
+
+    def _set_enabled(self, port: str, enabled: bool) -> str:
+        """Set the port's ``config/enabled``; "" on success, else the gRPC error."""
         dev, _, name = port.rpartition(":")
         t = self.by_device[dev]
         path = f"/interfaces/interface[name={name}]/config/enabled"
         req = gnmi_pb2.SetRequest(prefix=gnmi_pb2.Path(target=dev), update=[gnmi_pb2.Update(
-            path=to_proto_path(parse_path(path)), val=gnmi_pb2.TypedValue(bool_val=False))])
+            path=to_proto_path(parse_path(path)), val=gnmi_pb2.TypedValue(bool_val=enabled))])
         try:
             with self._channel(t) as ch:
                 gnmi_pb2_grpc.gNMIStub(ch).Set(req, metadata=auth_metadata(self.cfg, t),
@@ -109,14 +141,9 @@ class GnmiExecutor:
         except grpc.RpcError as exc:
             code = exc.code().name if hasattr(exc, "code") else "ERROR"
             why = exc.details() if hasattr(exc, "details") else str(exc)
-            log.warning("gNMI Set %s on %s (%s) failed: %s %s", path, dev, t.address, code, why)
-            return ActionResult(automation, cable, False,
-                                f"gNMI Set {path} = false on {dev} ({t.address}) failed: {code}: {why}")
-        log.warning("gNMI Set %s = false on %s (%s): %s costed out", path, dev, t.address, cable)
-        return ActionResult(automation, cable, True,
-                            f"gNMI Set {path} = false on {dev} ({t.address}): {cable} is down and "
-                            "drained",
-                            undo=f"gNMI Set {path} = true on {dev}")
+            log.warning("gNMI Set %s = %s on %s (%s) failed: %s %s", path, enabled, dev, t.address, code, why)
+            return f"{code}: {why}"
+        return ""
 
     def _channel(self, t: TargetConfig) -> grpc.Channel:
         if t.tls is None:

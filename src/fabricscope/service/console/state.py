@@ -95,6 +95,7 @@ class ConsoleState:
         self._kb: KnowledgeBase | None = None
         self._auto_done: set[tuple[str, str, str]] = set()
         self._costed_out: dict[str, int] = {}  # cable -> console time of an executed cost-out
+        self._executed: dict[str, list[Any]] = {}  # incident id -> ActionResults not undone
 
     def configure_actions(self, executor: Executor | None, kb: KnowledgeBase, *,
                           mode: str = "approve") -> None:
@@ -241,9 +242,11 @@ class ConsoleState:
             assert self.executor is not None and planned is not None
             r = self.executor.execute(planned.automation, planned.root_cause.resource)
             executed = r.ok
-            if r.ok and r.automation == "cost-out-link":
+            if r.ok:
                 with self._lock:
-                    self._costed_out[r.resource] = self.sim_ns
+                    self._executed.setdefault(inc.id, []).append(r)
+                    if r.automation == "cost-out-link":
+                        self._costed_out[r.resource] = self.sim_ns
             result = (f"executed: {r.detail}" + (f" (undo: {r.undo})" if r.undo else "")
                       if r.ok else f"failed: {r.detail}")
         with self._lock:
@@ -281,6 +284,32 @@ class ConsoleState:
     def incident(self, id: str) -> Incident | None:
         with self._lock:
             return self._incidents.get(id)
+
+    def undo(self, id: str, by: str, note: str = "") -> tuple[bool, str] | None:
+        """Undo the last executed action of incident ``id`` that is not undone yet (the
+        executor's ``revert``: a cost-in after a cost-out); recorded in its history.
+        (ok, what was done); None when the incident has no executed action to undo."""
+        with self._lock:
+            if id not in self._incidents or not self._executed.get(id):
+                return None
+            done = self._executed[id][-1]
+        revert = getattr(self.executor, "revert", None)
+        if revert is None:
+            ok, detail = False, "this executor cannot undo"
+        else:
+            r = revert(done)
+            ok, detail = r.ok, r.detail
+        with self._lock:
+            if ok:
+                self._executed[id].pop()
+                self._costed_out.pop(done.resource, None)
+            hist = self._history.setdefault(id, [])
+            hist.append((self.sim_ns, f"undo by {by} of {done.automation} on {done.resource}: "
+                                      f"{'done: ' if ok else 'failed: '}{detail}"
+                                      + (f" ({note[:200]})" if note else "")))
+            del hist[:-200]
+        self._emit([("approve", id)])
+        return ok, detail
 
     def costed_out(self) -> dict[str, int]:
         """Cables an executed ``cost-out-link`` took out, with the console time it did."""

@@ -14,7 +14,8 @@ The console's twin is replayed segment by segment from the list of injected faul
   part of the symptom, which the replay's fault list cannot express, and the twin models no
   host agents (:meth:`ConsoleTwinExecutor.supports` says so; the console reports the refusal).
 
-Every execution is kept in ``done`` with its undo.
+Every execution is kept in ``done`` with its undo; :meth:`ConsoleTwinExecutor.revert` carries
+the undo out (a cost-in).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class ConsoleTwinExecutor:
         self.supervisor = supervisor
         self.rmap = ResourceMap(supervisor.fabric)
         self.done: list[ActionResult] = []
+        self._ended: dict[str, list[int]] = {}  # cable -> indices of the faults it mitigated
 
     def supports(self, automation: str) -> bool:
         """Whether ``automation`` can be carried out here (``cost-out-link`` only)."""
@@ -71,6 +73,7 @@ class ConsoleTwinExecutor:
                 continue
             if f.kind in TRAFFIC_BORNE:
                 sup.mitigate(i, f"{automation} {cable} at {now_s:.0f} s")
+                self._ended.setdefault(cable, []).append(i)
                 ended.append(f.kind)
             else:
                 kept.append(f.kind)
@@ -80,3 +83,19 @@ class ConsoleTwinExecutor:
         if kept:
             detail += f"; {', '.join(kept)} on it goes on (needs no traffic to show)"
         return ActionResult(automation, cable, True, detail, undo=f"cost in {cable}")
+
+    def revert(self, done: ActionResult) -> ActionResult:
+        """Undo an executed cost-out (a cost-in): the cable carries traffic again, and the
+        faults on it that were never repaired show their symptoms again from now."""
+        if done.automation != "cost-out-link" or not done.ok:
+            return ActionResult(done.automation, done.resource, False,
+                                f"{done.automation} on {done.resource}: nothing to undo")
+        back = self._ended.pop(done.resource, [])
+        for i in back:
+            self.supervisor.restore(i)
+        now_s = self.supervisor.now_ns / NS
+        kinds = [self.supervisor.faults()[i].fault.kind for i in back]
+        return ActionResult("cost-in-link", done.resource, True,
+                            f"cost-in-link: {done.resource} carries traffic again from {now_s:.0f} s "
+                            "(twin)" + (f"; {', '.join(kinds)} on it shows again (not repaired)"
+                                        if kinds else ""))

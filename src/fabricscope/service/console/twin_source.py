@@ -82,6 +82,7 @@ class Injected:
     fault: Fault
     at_wall_s: float
     mitigated: str = ""  # what ended its symptoms early (an executed action), if anything
+    end_before_ns: int | None = None  # its end before that action (restored by an undo)
 
 
 class TwinSupervisor(BackgroundLoop):
@@ -149,7 +150,7 @@ class TwinSupervisor(BackgroundLoop):
             f = inj.fault
             if f.end_ns is None or f.end_ns > now:
                 f = replace(f, end_ns=max(now, f.start_ns))
-            done = replace(inj, fault=f, mitigated=why)
+            done = replace(inj, fault=f, mitigated=why, end_before_ns=inj.fault.end_ns)
             self._faults[index] = done
             self._pending = [o for o in self._pending if o.reported_ns <= now]
             self._computed_ns = min(self._computed_ns, now)
@@ -159,6 +160,20 @@ class TwinSupervisor(BackgroundLoop):
     @property
     def now_ns(self) -> int:
         return self._now_ns
+
+    def restore(self, index: int) -> Injected:
+        """Undo :meth:`mitigate`: fault ``index`` shows its symptoms again from now until its
+        original end (what follows a cost-in of a link whose fault was never repaired)."""
+        with self._lock:
+            inj = self._faults[index]
+            now = self._now_ns
+            end = inj.end_before_ns
+            back = replace(inj, fault=replace(inj.fault, end_ns=end), mitigated="", end_before_ns=None)
+            self._faults[index] = back
+            self._pending = [o for o in self._pending if o.reported_ns <= now]
+            self._computed_ns = min(self._computed_ns, now)
+            log.info("fault %s: symptoms back at t=%.0fs (action undone)", inj.text, now / NS)
+            return back
 
     # -- the loop ---------------------------------------------------------------------------
     def _compute(self) -> None:
