@@ -165,6 +165,50 @@ def test_injected_fault_appears_live_and_drill_down_shows_evidence(driver: Any,
     assert not severe_logs(driver)
 
 
+def test_approve_executes_on_the_twin_and_undo_reverses_it(driver: Any) -> None:
+    """With actions on, the Approve button executes the cost-out (the page says what was
+    done) and the Undo button that then appears brings the link back."""
+    from selenium.webdriver.common.by import By
+
+    from fabricscope.service.console.twin_executor import ConsoleTwinExecutor
+
+    c = start_console(servers=8, speed=20.0)
+    sup = c.services.supervisor
+    assert sup is not None
+    c.state.configure_actions(ConsoleTwinExecutor(sup), c.services.kb, mode="approve")  # type: ignore[arg-type]
+    sup.start()
+    try:
+        sign_in(driver, c)
+        wait_ready(driver, "incidents")
+        r = httpx.post(f"{c.url}/api/v1/twin/faults", json={"fault": FAULT},
+                       headers={"Authorization": f"Bearer {c.token}"}, timeout=10)
+        assert r.status_code == 201, r.text
+
+        def row(d: Any) -> Any:
+            for tr in d.find_elements(By.CSS_SELECTOR, "#inc-table tbody tr"):
+                if FAULT_LINK in tr.text:
+                    return tr
+            return None
+
+        inc_id = _ui(driver, 60).until(row).get_attribute("data-id")
+        _ui(driver, 10).until(lambda d: d.find_element(
+            By.CSS_SELECTOR, f'#inc-table tr[data-id="{inc_id}"] a').click() or True)
+        wait_ready(driver, "incident")
+        driver.find_element(By.CSS_SELECTOR, "button.approve").click()
+        _ui(driver).until(lambda d: "executed: cost-out-link" in d.find_element(
+            By.CSS_SELECTOR, ".approve-state").text)
+        assert sup.faults()[0].mitigated
+        _ui(driver).until(lambda d: d.find_element(By.CSS_SELECTOR, "button.undo").click() or True)
+        _ui(driver).until(lambda d: "undo by" in d.find_element(By.CSS_SELECTOR, "ol.history").text)
+        assert not sup.faults()[0].mitigated and not c.state.undoable(inc_id)
+        assert not driver.find_elements(By.CSS_SELECTOR, "button.undo")
+        assert not severe_logs(driver)
+    finally:
+        driver.get("about:blank")  # this console's page stops polling before its server goes
+        severe_logs(driver)  # (read: the next test starts with an empty browser log)
+        c.stop()
+
+
 def test_fabric_view_renders_32k_gpus(driver: Any) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.actions.wheel_input import ScrollOrigin

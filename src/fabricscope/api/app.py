@@ -293,8 +293,9 @@ def create_app(state: ConsoleState, settings: ApiSettings,
             "history": [{"sim_ns": t, "what": w} for t, w in state.history(id)],
             "ack": None if ack is None else {"by": ack.by, "at_s": ack.at_s, "note": ack.note},
             "approvals": [{"by": a.by, "at_s": a.at_s, "action": a.action,
-                           "executed": a.executed, "note": a.note}
+                           "executed": a.executed, "note": a.note, "result": a.result}
                           for a in state.approvals_of(id)],
+            "undoable": state.undoable(id),
         }
 
     @app.post("/api/v1/incidents/{id}/ack", tags=["incidents"])

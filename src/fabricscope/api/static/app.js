@@ -682,17 +682,29 @@ async function showIncident(id, quiet = false) {
     if (rc.action) {
       const note = el("input", { type: "text", id: `approve-note-${n}`, placeholder: "optional note" });
       const btn = el("button", { type: "button", class: "primary approve", "data-action": rc.action, text: "Approve" });
-      const state = el("span", { class: "muted approve-state", text: approved.length ? approved.map((a) => `approved by ${a.by} at ${new Date(a.at_s * 1000).toLocaleString()} — recorded, ${a.executed ? "executed" : "not executed (no executor in this release)"}`).join("; ") : "" });
+      const state = el("span", { class: "muted approve-state", text: approved.length ? approved.map((a) => `approved by ${a.by} at ${new Date(a.at_s * 1000).toLocaleString()} — ${a.result || (a.executed ? "executed" : "not executed")}`).join("; ") : "" });
       btn.addEventListener("click", async () => {
         btn.disabled = true;
         try {
-          await api(`/incidents/${encodeURIComponent(i.id)}/approve`, { method: "POST", body: { action: rc.action, note: note.value } });
-          announce("Approval recorded; the action is not executed");
+          const r = await api(`/incidents/${encodeURIComponent(i.id)}/approve`, { method: "POST", body: { action: rc.action, note: note.value } });
+          announce(r && r.approval && r.approval.executed ? "Approved and executed" : "Approval recorded; the action is not executed");
           await showIncident(i.id, true);
         } catch (exc) { showError(state, exc); btn.disabled = false; }
       });
-      card.append(el("h4", { text: "Proposed action" }), el("p", { text: rc.action }),
-        el("div", { class: "actions" }, el("label", { for: `approve-note-${n}`, text: "Approval note" }), note, btn, state));
+      const row = el("div", { class: "actions" }, el("label", { for: `approve-note-${n}`, text: "Approval note" }), note, btn, state);
+      if (n === 0 && d.undoable) {
+        const undo = el("button", { type: "button", class: "undo", text: "Undo the executed action" });
+        undo.addEventListener("click", async () => {
+          undo.disabled = true;
+          try {
+            const r = await api(`/incidents/${encodeURIComponent(i.id)}/undo`, { method: "POST", body: {} });
+            announce(r && r.undo && r.undo.ok ? "Action undone" : "Undo failed");
+            await showIncident(i.id, true);
+          } catch (exc) { showError(state, exc); undo.disabled = false; }
+        });
+        row.append(undo);
+      }
+      card.append(el("h4", { text: "Proposed action" }), el("p", { text: rc.action }), row);
     }
     return card;
   });

@@ -311,6 +311,11 @@ class ConsoleState:
         self._emit([("approve", id)])
         return ok, detail
 
+    def undoable(self, id: str) -> bool:
+        """Whether incident ``id`` has an executed action that :meth:`undo` can reverse."""
+        with self._lock:
+            return bool(self._executed.get(id))
+
     def costed_out(self) -> dict[str, int]:
         """Cables an executed ``cost-out-link`` took out, with the console time it did."""
         with self._lock:
