@@ -175,7 +175,7 @@ def test_approve_executes_on_the_twin_and_undo_reverses_it(driver: Any) -> None:
     c = start_console(servers=8, speed=20.0)
     sup = c.services.supervisor
     assert sup is not None
-    c.state.configure_actions(ConsoleTwinExecutor(sup), c.services.kb, mode="approve")  # type: ignore[arg-type]
+    c.state.configure_actions(ConsoleTwinExecutor(sup), c.services.kb, mode="approve")
     sup.start()
     try:
         sign_in(driver, c)
