@@ -1,5 +1,8 @@
 """Benchmark of the fluid transport engine (docs/benchmarks/transport.md).
 
+Cases (groups ``nscc`` / ``nscc-heldout``): NSCC with oblivious spraying on the same setups,
+and on held-out seeds and the 3-tier fat tree of SIMULATION.md §2.
+
 Cases: the DCQCN fixed point of SIMULATION.md §4 (engine vs the CoNEXT'16 model); incasts
 32:1, 127:1 (2 MB) and 1023:1 (100 KB) and the 1,024-host leaf-spine permutations of
 SIMULATION.md §6 under DCQCN + PFC, beside the recorded htsim numbers (NSCC sender CC: a
@@ -21,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from fabricscope.fabric.builders import leaf_spine_fabric
+from fabricscope.fabric.builders import fat_tree_fabric, leaf_spine_fabric
 from fabricscope.sim.engine import simulate
 from fabricscope.sim.flows import FlowSpec, Workload
 from fabricscope.sim.transport import (
@@ -147,6 +150,96 @@ def permutation_cases(quick: bool) -> list[dict[str, object]]:
     return rows
 
 
+# SIMULATION.md §2 (htsim on the 3-tier 1,024-host fat tree, sender CC = NSCC): a fabric shape
+# the NSCC defaults were not looked at on (held out).
+HTSIM_FAT_TREE_PERM = {
+    "ecmp": (403.2, 385.2, 756.1, 889.9),
+    "spray": (193.9, 194.5, 199.6, 200.5),
+}
+HTSIM_FAT_TREE_INCAST_LAST = {15: 2478.0, 127: 21029.0, 1023: 10556.0}
+
+
+def _nscc_perm(fab: Any, lb: str, seeds: list[int]) -> tuple[list[float], float, float]:
+    """Seed-averaged mean / p50 / p99 / max (us) of NSCC permutations, with wall and CPU per run."""
+    acc, walls, cpus = [], [], []
+    for sd in seeds:
+        w = permutation(fab, 2_000_000, seed=sd)
+        r, wall, cpu = _timed(lambda: simulate_transport(fab, w, lb=lb, seed=sd, config=TransportConfig(cc="nscc")))  # noqa: B023
+        st = r.sim.fct_stats_us()
+        acc.append([st[k] for k in ("mean", "p50", "p99", "max")])
+        walls.append(wall)
+        cpus.append(cpu)
+    return [float(x) for x in np.mean(acc, axis=0)], float(np.mean(walls)), float(np.mean(cpus))
+
+
+def _nscc_incast(fab: Any, n: int, size: float) -> tuple[tuple[float, float, float], float, float, dict[str, Any]]:
+    w = incast(fab, size, senders=n, seed=0)
+    r, wall, cpu = _timed(lambda: simulate_transport(fab, w, config=TransportConfig(cc="nscc")))
+    f = np.sort(r.sim.fct_us())
+    return (float(f[0]), float(np.median(f)), float(f[-1])), wall, cpu, r.stats.totals()
+
+
+def nscc_cases(quick: bool, seed_offset: int = 0) -> list[dict[str, object]]:
+    """NSCC (one parameter set: uet-htsim's defaults) on the SIMULATION.md §6 setups, seeds
+    averaged as there (ECMP 5, spraying 3, 4:1 3, 8:1 1); ``seed_offset`` > 0 re-runs them on
+    permutations nobody compared before (a held-out check)."""
+    rows: list[dict[str, object]] = []
+    fab = leaf_spine_fabric(leaves=32, hosts_per_leaf=32, spines=32)
+    if seed_offset == 0:
+        for n, size in ((32, 2e6), (127, 2e6), (1023, 100e3)):
+            if quick and n != 32:
+                continue
+            got, wall, cpu, tot = _nscc_incast(fab, n, size)
+            ref, hwall = HTSIM_INCAST[n]
+            rows.append({"case": f"incast {n}:1 of {size / 1e6:g} MB, nscc", "first_median_last_us": [round(x, 1) for x in got],
+                         "htsim_first_median_last_us": list(ref),
+                         "error_pct": [_err(a, b) for a, b in zip(got, ref, strict=True)],
+                         "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "htsim_wall_s": hwall, **tot})
+            print(rows[-1], flush=True)
+    plan = (("ecmp", 32, "ecmp", 5), ("ecmp", 32, "oblivious:paths=1", 5), ("spray", 32, "oblivious:paths=128", 3),
+            ("spray 4:1", 8, "oblivious:paths=128", 3), ("spray 8:1", 4, "oblivious:paths=128", 1))
+    for label, spines, lb, k in plan:
+        if quick and label != "spray":
+            continue
+        fab = leaf_spine_fabric(leaves=32, hosts_per_leaf=32, spines=spines)
+        seeds = list(range(seed_offset, seed_offset + (1 if quick else k)))
+        got, wall, cpu = _nscc_perm(fab, lb, seeds)
+        ref, hwall = HTSIM_PERM[label]
+        rows.append({"case": f"1024-host permutation 2 MB, {label}, nscc, lb {lb}, seeds {seeds[0]}-{seeds[-1]}",
+                     "mean_p50_p99_max_us": [round(x, 1) for x in got], "htsim_mean_p50_p99_max_us": list(ref),
+                     "error_pct": [_err(a, b) for a, b in zip(got, ref, strict=True)],
+                     "wall_s_per_run": round(wall, 2), "cpu_s_per_run": round(cpu, 2), "htsim_wall_s": hwall,
+                     "speedup_vs_htsim_wall": round(hwall / wall, 2)})
+        print(rows[-1], flush=True)
+    return rows
+
+
+def nscc_fat_tree_cases(quick: bool) -> list[dict[str, object]]:
+    """Held-out shape: the 3-tier fat tree of SIMULATION.md §2 (same NSCC parameters)."""
+    fab = fat_tree_fabric(pods=16, tors_per_pod=8, aggs_per_pod=8, hosts_per_tor=8, cores_per_plane=8)
+    rows: list[dict[str, object]] = []
+    for label, lb, k in (("spray", "oblivious:paths=128", 3), ("ecmp", "oblivious:paths=1", 5), ("ecmp", "ecmp", 5)):
+        if quick and lb != "ecmp":
+            continue
+        got, wall, cpu = _nscc_perm(fab, lb, list(range(1 if quick else k)))
+        ref = HTSIM_FAT_TREE_PERM[label]
+        rows.append({"case": f"fat tree 1024 hosts, permutation 2 MB, {label}, nscc, lb {lb}, {k} seeds",
+                     "mean_p50_p99_max_us": [round(x, 1) for x in got], "htsim_mean_p50_p99_max_us": list(ref),
+                     "error_pct": [_err(a, b) for a, b in zip(got, ref, strict=True)],
+                     "wall_s_per_run": round(wall, 2), "cpu_s_per_run": round(cpu, 2)})
+        print(rows[-1], flush=True)
+    for n, size in ((15, 2e6), (127, 2e6), (1023, 100e3)):
+        if quick and n != 15:
+            continue
+        got, wall, cpu, tot = _nscc_incast(fab, n, size)
+        ref_last = HTSIM_FAT_TREE_INCAST_LAST[n]
+        rows.append({"case": f"fat tree incast {n}:1 of {size / 1e6:g} MB, nscc", "first_median_last_us": [round(x, 1) for x in got],
+                     "htsim_last_us": ref_last, "error_last_pct": _err(got[2], ref_last),
+                     "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), **tot})
+        print(rows[-1], flush=True)
+    return rows
+
+
 def scaling_cases(hosts: list[int]) -> list[dict[str, object]]:
     rows = []
     for h in hosts:
@@ -169,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a subset (CI smoke run)")
     ap.add_argument("--scale", default="1024,4096", help="host counts for the scaling rows (comma separated)")
-    ap.add_argument("--only", default="fixed,incast,perm,scale", help="which groups to run")
+    ap.add_argument("--only", default="fixed,incast,perm,scale",
+                    help="which groups to run (also: nscc, nscc-heldout)")
     args = ap.parse_args(argv)
     groups = set(args.only.split(","))
     t0, c0 = time.perf_counter(), time.process_time()
@@ -181,6 +275,11 @@ def main(argv: list[str] | None = None) -> int:
         out["incast"] = incast_cases(args.quick)
     if "perm" in groups:
         out["permutation"] = permutation_cases(args.quick)
+    if "nscc" in groups:
+        out["nscc"] = nscc_cases(args.quick)
+    if "nscc-heldout" in groups:
+        out["nscc_heldout_seeds"] = nscc_cases(args.quick, seed_offset=10)
+        out["nscc_heldout_fat_tree"] = nscc_fat_tree_cases(args.quick)
     if "scale" in groups:
         out["scaling"] = scaling_cases([int(x) for x in args.scale.split(",") if x])
     out["total_wall_s"] = round(time.perf_counter() - t0, 1)

@@ -71,8 +71,8 @@ def test_cc_dcqcn_reports_queues_marks_pauses_and_drops(
         (("--cc", "dcqcn", "--ecn", "5KB,200KB,0"), "pmax: must be in (0, 1]"),
         (("--cc", "dcqcn", "--ecn", "5KB,200KB,2"), "pmax: must be in (0, 1]"),
         (("--cc", "dcqcn", "--ecn", "5KB"), "expected KMIN,KMAX,PMAX"),
-        (("--buffer", "4MiB"), "--buffer: only applies with --cc dcqcn or hpcc"),
-        (("--pfc",), "--pfc/--no-pfc: only applies with --cc dcqcn or hpcc"),
+        (("--buffer", "4MiB"), "--buffer: only applies with --cc "),
+        (("--pfc",), "--pfc/--no-pfc: only applies with --cc "),
         (("--cc", "dcqcn", "--dcqcn", "fast"), "--dcqcn: unknown parameter set 'fast'"),
         (("--cc", "dcqcn", "--lb", "dlb"), "not in the transport engine yet"),
     ],
@@ -81,4 +81,82 @@ def test_impossible_transport_flags_are_one_line(
     extra: tuple[str, ...], needle: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     code, _, err = run_main(capsys, monkeypatch, "sim", *_SMALL, *extra)
+    _one_error_line(code, err, needle)
+
+
+_POISSON = ("--topo", "leaf-spine:leaves=2,hosts_per_leaf=8,spines=2,uplink_gbps=400",
+            "--workload", "poisson:cdf=websearch,load=0.5,duration=300us")
+
+
+def test_poisson_transport_run_prints_and_writes_the_slowdown_by_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, err = run_main(capsys, monkeypatch, "sim", *_POISSON, "--cc", "hpcc", "--out", str(tmp_path))
+    assert code == 0, err
+    assert "FCT slowdown by flow size, ecmp" in out
+    assert "short (<= 200KB)" in out and "all flows" in out
+    data = json.loads((tmp_path / "sim.json").read_text())
+    table = data["slowdown"]["ecmp"]
+    flows = data["runs"][0]["flows"] if "flows" in data["runs"][0] else data["table"][0]["flows"]
+    assert sum(b["flows"] for b in table["buckets"]) + table["incomplete"] == flows
+    assert all(b["p50"] >= 1.0 and b["p99"] >= b["p95"] >= b["p50"] for b in table["buckets"])
+    assert (tmp_path / "slowdown.png").stat().st_size > 10_000
+    # The ideal engine is not a transport run: no slowdown section, no plot (unchanged report).
+    code, out, err = run_main(capsys, monkeypatch, "sim", *_POISSON, "--out", str(tmp_path / "ideal"))
+    assert code == 0, err
+    assert "slowdown" not in json.loads((tmp_path / "ideal" / "sim.json").read_text())
+    assert not (tmp_path / "ideal" / "slowdown.png").exists() and "FCT slowdown" not in out
+
+
+def test_tune_ecn_reports_best_template_holdout_and_sensitivity(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, err = run_main(capsys, monkeypatch, "sim", *_POISSON, "--cc", "dcqcn", "--tune-ecn",
+                              "--holdout-seed", "5", "--out", str(tmp_path))
+    assert code == 0, err
+    assert "template (SONiC AZURE_LOSSLESS" in out and "best --ecn " in out
+    assert "held-out seeds 5:" in out
+    assert sum(ln.startswith("sensitivity ") for ln in out.splitlines()) == 3
+    data = json.loads((tmp_path / "ecn_tune.json").read_text())
+    assert data["holdout_seeds"] == [5] and data["search_seeds"] == [0]
+    assert data["best"]["score"] <= data["baseline"]["score"]
+    # The printed best setting is a valid --ecn value.
+    best = next(ln for ln in out.splitlines() if ln.startswith("best --ecn ")).split()[2].rstrip(":")
+    code, _, err = run_main(capsys, monkeypatch, "sim", *_POISSON, "--cc", "dcqcn", "--ecn", best)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (("--cc", "hpcc", "--tune-ecn"), "--tune-ecn: needs a --cc that reacts to ECN marks"),
+        (("--tune-ecn",), "--tune-ecn: needs a --cc that reacts to ECN marks"),
+        (("--cc", "dcqcn", "--tune-ecn", "--ecn", "5KB,200KB,0.01"), "--ecn: not with --tune-ecn"),
+        (("--cc", "dcqcn", "--tune-ecn", "--tune-objective", "median"), "--tune-objective: unknown 'median'"),
+        (("--cc", "dcqcn", "--holdout-seed", "3"), "--holdout-seed: only applies with --tune-ecn"),
+        (("--cc", "dcqcn", "--tune-ecn", "--seed", "3", "--holdout-seed", "3"), "--holdout-seed: [3] also searched"),
+        (("--cc", "dcqcn", "--tune-ecn", "--lb", "ecmp,spray"), "--tune-ecn: give one --lb scheme"),
+    ],
+)
+def test_tune_flag_mistakes_are_one_line(
+    extra: tuple[str, ...], needle: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, _, err = run_main(capsys, monkeypatch, "sim", *_POISSON, *extra)
+    _one_error_line(code, err, needle)
+
+
+@pytest.mark.parametrize(
+    ("workload", "needle"),
+    [
+        ("poisson:cdf=websearch,load=2,duration=1ms", "workload.load"),
+        ("poisson:cdf=websearch,load=0.5", "workload.duration: missing"),
+        ("poisson:cdf=nope,load=0.5,duration=1ms", "unknown distribution 'nope'"),
+        ("poisson:load=0.5,duration=1ms,rate=2", "workload.rate: unknown key"),
+    ],
+)
+def test_bad_poisson_specs_are_one_line(
+    workload: str, needle: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, _, err = run_main(capsys, monkeypatch, "sim", "--topo", "leaf-spine:leaves=2,hosts_per_leaf=4,spines=2",
+                            "--workload", workload, "--cc", "hpcc")
     _one_error_line(code, err, needle)

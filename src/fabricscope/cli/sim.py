@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from fabricscope.sim.scenario import Prepared
+    from fabricscope.sim.transport import TransportConfig
+    from fabricscope.sim.transport_tune import Trial
 
 _HELP = """Simulate a workload on a fabric with one or several load-balancing schemes.
 
 The flow-level engine gives every flow max-min fair rates between arrivals and completions and reports FCTs, collective busbw, link utilization and any unroutable flow. Give a scenario YAML file (see docs/sim.md) or describe the scenario with flags.
 
---topo is KIND[:KEY=VALUE,...] (a builder: leaf-spine, fat-tree, rail-optimized, multi-plane, dual-tor; the same spec as `topo build`, every parameter has a default) or an inventory FILE. --workload is KIND[:KEY=VALUE,...] (permutation, nic-all-to-all, incast, allreduce, allgather, reducescatter, alltoall, flows, job). A LINK is a cable id 'a:eth1|b:eth2', a port 'a:eth1' or two devices 'a~b'.
+--topo is KIND[:KEY=VALUE,...] (a builder: leaf-spine, fat-tree, rail-optimized, multi-plane, dual-tor; the same spec as `topo build`, every parameter has a default) or an inventory FILE. --workload is KIND[:KEY=VALUE,...] (permutation, nic-all-to-all, incast, allreduce, allgather, reducescatter, alltoall, flows, job, poisson). A LINK is a cable id 'a:eth1|b:eth2', a port 'a:eth1' or two devices 'a~b'.
 
 Schemes: ecmp, random (uniform random path), spray (per-packet), flowlet, dlb (least-loaded path per flowlet, CONGA-style, against current capacity), stripe (multi-plane or dual-homed NICs only).
 
@@ -25,7 +33,46 @@ Examples:
   fabricscope sim --topo leaf-spine:leaves=4,hosts_per_leaf=8,spines=4 --workload permutation:size=1MB --fail leaf-000~spine-00 --degrade leaf-001~spine-01=25%
 
   fabricscope sim scenario.yaml --out results/ --seed 0 --seed 1
+
+  fabricscope sim --topo leaf-spine:leaves=4,hosts_per_leaf=8,spines=4 --workload poisson:cdf=websearch,load=0.5,duration=1ms --cc hpcc
+
+A poisson workload is open-loop traffic: every NIC starts flows as a Poisson process at load x its link rate, sizes from a flow-size CDF (cdf=websearch or fb_hadoop, the HPCC repository's, or a 'SIZE PERCENT' file), destinations uniform. Transport runs (--cc other than ideal) also print the FCT slowdown (FCT / FCT alone on an empty path) by flow-size bucket (p50 / p95 / p99), and --out adds it to sim.json and slowdown.png.
 """
+
+
+def _cc_names() -> tuple[str, ...]:
+    """``CC_NAMES`` of sim/transport/config.py, read without importing it (the import pulls
+    numba, about a second on every start of the CLI); the import is the fallback."""
+    import ast
+
+    import fabricscope
+
+    try:
+        path = Path(fabricscope.__file__).parent / "sim" / "transport" / "config.py"
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            target: ast.expr
+            value: ast.expr | None
+            if isinstance(node, ast.AnnAssign):
+                target, value = node.target, node.value
+            elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target, value = node.targets[0], node.value
+            else:
+                continue
+            if isinstance(target, ast.Name) and target.id == "CC_NAMES" and value is not None:
+                names = ast.literal_eval(value)
+                if isinstance(names, tuple) and all(isinstance(x, str) for x in names):
+                    return names
+    except (OSError, SyntaxError, ValueError):
+        pass
+    from fabricscope.sim.transport.config import CC_NAMES
+
+    return tuple(CC_NAMES)
+
+
+def _cc_help() -> str:
+    fluid = [n for n in _cc_names() if n not in ("none", "ideal")]
+    return ("Congestion control: ideal (max-min, no queues) or a fluid transport one "
+            f"(buffers, ECN, PFC): {', '.join(fluid)}.")
 
 
 def register(app: typer.Typer) -> None:
@@ -49,13 +96,26 @@ def register(app: typer.Typer) -> None:
         ),
         cc: str = typer.Option(
             "ideal", "--cc",
-            help="Congestion control: ideal (max-min, no queues), dcqcn or hpcc (fluid transport: buffers, ECN, PFC).",
+            help=_cc_help(),
         ),
-        buffer: str | None = typer.Option(None, "--buffer", help="With --cc dcqcn|hpcc: shared buffer per switch, e.g. 32MiB."),
-        ecn: str | None = typer.Option(None, "--ecn", help="With --cc dcqcn|hpcc: KMIN,KMAX,PMAX, e.g. 5KB,200KB,0.01."),
-        pfc: bool | None = typer.Option(None, "--pfc/--no-pfc", help="With --cc dcqcn|hpcc: lossless PFC (default on)."),
+        buffer: str | None = typer.Option(None, "--buffer", help="With a transport --cc (not ideal): shared buffer per switch, e.g. 32MiB."),
+        ecn: str | None = typer.Option(None, "--ecn", help="With a transport --cc (not ideal): KMIN,KMAX,PMAX, e.g. 5KB,200KB,0.01."),
+        pfc: bool | None = typer.Option(None, "--pfc/--no-pfc", help="With a transport --cc (not ideal): lossless PFC (default on)."),
         dcqcn_params: str = typer.Option(
             "paper", "--dcqcn", help="With --cc dcqcn: parameter set paper (Zhu et al.) or nic-default.",
+        ),
+        tune_ecn: bool = typer.Option(
+            False, "--tune-ecn",
+            help="With a --cc that reacts to ECN marks (e.g. dcqcn): search ECN KMIN,KMAX,PMAX for the workload (coordinate search on the twin, "
+                 "from SONiC's default lossless profile) on the --seed workloads, and report the gain on held-out ones.",
+        ),
+        holdout_seed: list[int] = typer.Option(
+            [], "--holdout-seed",
+            help="With --tune-ecn: workload seed(s) kept out of the search to measure the gain on (default: two new seeds).",
+        ),
+        tune_objective: str = typer.Option(
+            "short_p99", "--tune-objective",
+            help="With --tune-ecn: what to minimize: short_p99 (flows <= 200 KB), p99, short_p95 or mean slowdown.",
         ),
     ) -> None:
         from rich.console import Console
@@ -68,7 +128,12 @@ def register(app: typer.Typer) -> None:
         )
 
         from fabricscope.model.errors import ConfigError
-        from fabricscope.service.sim_report import format_comparisons, format_table, write_report
+        from fabricscope.service.sim_report import (
+            format_comparisons,
+            format_slowdowns,
+            format_table,
+            write_report,
+        )
         from fabricscope.sim.scenario import (
             MAX_FLOWS,
             prepare,
@@ -82,6 +147,12 @@ def register(app: typer.Typer) -> None:
         if dcqcn_params != "paper" and cc != "dcqcn":
             raise ConfigError("--dcqcn: only applies with --cc dcqcn")
         transport = transport_config_from_flags(cc=cc, buffer=buffer, ecn=ecn, pfc=pfc, dcqcn=dcqcn_params)
+        if not tune_ecn:
+            for flag, given in (("--holdout-seed", bool(holdout_seed)), ("--tune-objective", tune_objective != "short_p99")):
+                if given:
+                    raise ConfigError(f"{flag}: only applies with --tune-ecn")
+        else:
+            _check_tune_flags(transport, ecn, tune_objective)
         if no_plot and out is None:
             raise ConfigError("--no-plot: only applies with --out DIR (without --out nothing is plotted)")
         console = Console(highlight=False, soft_wrap=True)
@@ -110,6 +181,10 @@ def register(app: typer.Typer) -> None:
                            progress=lambda text: status.update(text + " ..."))
         if out is not None:
             _output_folder(out)
+        if tune_ecn:
+            assert transport is not None
+            _run_tune(prep, transport, holdout_seed, tune_objective, out, console, errc)
+            return
         n_flows = sum(len(w.flows) for w in prep.workloads.values())
         if n_flows // max(len(prep.workloads), 1) > 200_000:
             from fabricscope.sim.scenario import steady_state_hint
@@ -144,6 +219,9 @@ def register(app: typer.Typer) -> None:
         if transport is not None:
             for r in result.runs:
                 console.print(_transport_line(r.label, r.seed, r.result.meta))
+            for table in format_slowdowns(result):
+                console.print("")
+                console.print(table, soft_wrap=not console.is_terminal)
         partitioned: list[str] = []
         for r in result.runs:
             if r.result.unroutable or r.result.blocked:
@@ -169,6 +247,72 @@ def register(app: typer.Typer) -> None:
                 "the fabric is partitioned: unroutable flows in " + "; ".join(partitioned)
                 + " (check --fail / faults: a NIC or leaf lost its last link)"
             )
+
+
+def _check_tune_flags(transport: object, ecn: str | None, objective: str) -> None:
+    from fabricscope.model.errors import ConfigError
+    from fabricscope.sim.transport_tune import OBJECTIVES
+
+    if transport is None or getattr(transport, "cc", None) in ("hpcc", "none"):
+        raise ConfigError("--tune-ecn: needs a --cc that reacts to ECN marks (e.g. dcqcn; not ideal or hpcc, whose window follows INT)")
+    if ecn is not None:
+        raise ConfigError("--ecn: not with --tune-ecn (the search chooses KMIN,KMAX,PMAX)")
+    if objective not in OBJECTIVES:
+        raise ConfigError(f"--tune-objective: unknown {objective!r} (choose one of {', '.join(OBJECTIVES)})")
+
+
+def _run_tune(prep: Prepared, transport: TransportConfig, holdout_seeds: list[int], objective: str,
+              out: Path | None, console: Console, errc: Console) -> None:
+    """``--tune-ecn``: search on the scenario's seeds, score on held-out seeds, print, write."""
+    import json
+
+    from fabricscope.model.errors import ConfigError
+    from fabricscope.sim.slowdown import format_size
+    from fabricscope.sim.transport_tune import OBJECTIVES, VENDOR_TEMPLATE, tune_ecn
+    from fabricscope.sim.workload import workload_from_spec
+
+    obj = next(o for o in OBJECTIVES if o == objective)  # validated by _check_tune_flags
+
+    sc = prep.scenario
+    if len(sc.schemes) != 1:
+        raise ConfigError(f"--tune-ecn: give one --lb scheme (got {', '.join(sc.schemes)})")
+    if prep.faults:
+        raise ConfigError("--tune-ecn: not with --fail/--degrade (tune the healthy fabric)")
+    seeds = list(sc.seeds)
+    held = list(holdout_seeds) or [max(seeds) + 1, max(seeds) + 2]
+    if set(held) & set(seeds):
+        raise ConfigError(f"--holdout-seed: {sorted(set(held) & set(seeds))} also searched (--seed); a held-out seed must be new")
+    hold = [workload_from_spec(prep.fabric, sc.workload, seed=s, source=sc.source) for s in held]
+    with errc.status("searching ECN settings ..."):
+        res = tune_ecn(prep.fabric, [prep.workloads[s] for s in seeds], transport, holdout=hold,
+                       objective=obj, lb=sc.schemes[0], seeds=seeds, holdout_seeds=held)
+
+    def ecn_text(t: Trial) -> str:
+        e = t.ecn
+        return f"{format_size(e.kmin_bytes)},{format_size(e.kmax_bytes)},{e.pmax:g}"
+
+    console.print(f"[bold]ECN tuning[/] ({transport.cc}, {sc.schemes[0]}, objective {objective} slowdown, "
+                  f"{len(res.trials)} settings x {len(seeds)} workload(s), {res.rounds} round(s))")
+    b = VENDOR_TEMPLATE
+    console.print(f"template (SONiC AZURE_LOSSLESS {format_size(b.kmin_bytes)},{format_size(b.kmax_bytes)},{b.pmax:g}): "
+                  f"{res.baseline.score:.3f} on seeds {', '.join(map(str, seeds))}")
+    console.print(f"best --ecn {ecn_text(res.best)}: {res.best.score:.3f} (gain {res.gain:.1%} on the searched seeds)")
+    if res.holdout_best is not None and res.holdout_baseline is not None and res.holdout_gain is not None:
+        console.print(f"held-out seeds {', '.join(map(str, held))}: template {res.holdout_baseline.score:.3f}, "
+                      f"best {res.holdout_best.score:.3f}: gain {res.holdout_gain:.1%}")
+    for axis, span in res.sensitivity_span().items():
+        pts = ", ".join(f"{format_size(v) if axis != 'pmax' else f'{v:g}'}: {sc_:.2f}" for v, sc_ in res.sensitivity[axis])
+        console.print(f"sensitivity {axis} (others at the best; spread {span:.1%}): {pts}")
+    for note in res.notes:
+        console.print(f"note: {note}")
+    if out is not None:
+        path = out / "ecn_tune.json"
+        try:
+            path.write_text(json.dumps({"search_seeds": seeds, "holdout_seeds": held, **res.to_dict()}, indent=2) + "\n",
+                            encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"--out {out}: cannot write the report: {exc.strerror or exc}") from None
+        console.print(f"tune: {path}")
 
 
 def _transport_line(label: str, seed: int, meta: object) -> str:

@@ -6,6 +6,8 @@ Plots (matplotlib, Agg backend, no display needed):
 ``link_util.png``   link-utilization heat map per scheme: links (rows, grouped by tier,
                     hottest first inside a tier) x time, so a hot spine or a dead uplink
                     shows as a bright or dark stripe.
+``slowdown.png``    transport runs (``--cc dcqcn|hpcc``) only: FCT slowdown (p50 / p99) by
+                    flow-size bucket per scheme, HPCC-paper style (:mod:`fabricscope.sim.slowdown`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,14 @@ from typing import Any
 import numpy as np
 
 from fabricscope.sim.scenario import ScenarioResult
+from fabricscope.sim.slowdown import (
+    SlowdownTable,
+    bucket_slowdowns,
+    fct_slowdown,
+    flow_line_rates,
+    format_size,
+    format_slowdown_table,
+)
 
 _COLUMNS = (
     ("scheme", "scheme", "{}"),
@@ -90,9 +100,75 @@ def format_comparisons(result: ScenarioResult, key: str = "fct_p99_us") -> list[
     return [f"{name} {d.text()}" for d in result.comparisons(key)]
 
 
-def write_json(result: ScenarioResult, path: Path) -> Path:
+def write_json(result: ScenarioResult, path: Path, *, extra: dict[str, object] | None = None) -> Path:
+    """``result.to_dict()`` as JSON, with ``extra`` top-level keys added (e.g. ``slowdown``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_jsonable(result.to_dict()), indent=2) + "\n", encoding="utf-8")
+    data = result.to_dict()
+    if extra:
+        data.update(extra)
+    path.write_text(json.dumps(_jsonable(data), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def is_transport(result: ScenarioResult) -> bool:
+    """Whether the runs came from the fluid transport engine (their meta names a ``cc``)."""
+    return any("cc" in r.result.meta for r in result.runs)
+
+
+def slowdown_tables(result: ScenarioResult, *, step_percent: float = 10.0) -> dict[str, SlowdownTable]:
+    """Per row label (scheme / case), the FCT slowdown by flow-size bucket, seeds pooled."""
+    out: dict[str, SlowdownTable] = {}
+    for label in result.labels():
+        runs = [r.result for r in result.runs if r.label == label]
+        sizes = np.concatenate([x.size_bytes for x in runs])
+        slow = np.concatenate([fct_slowdown(x, flow_line_rates(result.fabric, x)) for x in runs])
+        out[label] = bucket_slowdowns(sizes, slow, step_percent=step_percent)
+    return out
+
+
+def format_slowdowns(result: ScenarioResult) -> list[str]:
+    """The slowdown tables ``fabricscope sim`` prints for a transport run, one per row label."""
+    n = len(result.scenario.seeds)
+    pooled = f", {n} seeds pooled" if n > 1 else ""
+    return [
+        format_slowdown_table(t, title=f"FCT slowdown by flow size, {label} (FCT / FCT alone on an empty path{pooled})")
+        for label, t in slowdown_tables(result).items()
+    ]
+
+
+def plot_slowdown(result: ScenarioResult, path: Path, *, tables: dict[str, SlowdownTable] | None = None) -> Path:
+    """p50 (dashed) and p99 (solid) slowdown against each bucket's largest flow size, per label."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tabs = tables if tables is not None else slowdown_tables(result)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for k, (label, t) in enumerate(tabs.items()):
+        if not t.buckets:
+            ax.plot([], [], linestyle="none", label=f"{label}: no flow completed")
+            continue
+        x = np.arange(len(t.buckets))
+        color = f"C{k % 10}"
+        ax.plot(x, [b.p99 for b in t.buckets], "-o", color=color, label=f"{label} p99 (short flows {t.short.p99:.2f})")
+        ax.plot(x, [b.p50 for b in t.buckets], "--", color=color, alpha=0.7, label=f"{label} p50")
+    first = next((t for t in tabs.values() if t.buckets), None)
+    if first is not None:
+        ax.set_xticks(np.arange(len(first.buckets)))
+        ax.set_xticklabels([format_size(b.hi_bytes) for b in first.buckets], rotation=30, fontsize=8)
+    ax.set_yscale("log")
+    ax.set_xlabel("flow size (bucket upper bound; equal numbers of flows per bucket)")
+    ax.set_ylabel("FCT slowdown (FCT / FCT alone), log scale")
+    ax.grid(True, which="both", alpha=0.3)
+    cc = next((str(r.result.meta.get("cc")) for r in result.runs if "cc" in r.result.meta), "")
+    ax.set_title(f"{result.scenario.name}: slowdown by size on {result.fabric.name} "
+                 f"({result.scenario.workload.get('kind')}, cc {cc})")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
     return path
 
 
@@ -232,9 +308,14 @@ def plot_link_heatmap(result: ScenarioResult, path: Path, *, bins: int = 40, per
 
 def write_report(result: ScenarioResult, outdir: Path, *, plots: bool = True) -> dict[str, Path]:
     """Write ``sim.json`` (+ ``fct_cdf.png`` and ``link_util.png``, except for a ring
-    steady-state workload) under ``outdir``."""
+    steady-state workload) under ``outdir``. Transport runs add ``slowdown`` (per row label,
+    :class:`~fabricscope.sim.slowdown.SlowdownTable`) to ``sim.json`` and ``slowdown.png``."""
     outdir.mkdir(parents=True, exist_ok=True)
-    files = {"json": write_json(result, outdir / "sim.json")}
+    tables = slowdown_tables(result) if is_transport(result) else None
+    extra: dict[str, object] | None = (
+        {"slowdown": {label: t.to_dict() for label, t in tables.items()}} if tables is not None else None
+    )
+    files = {"json": write_json(result, outdir / "sim.json", extra=extra)}
     if result.scenario.workload.get("steady_state") is True:
         # One ring step at t = 0: its FCTs and link timeline are an artefact of the model, not
         # the collective's (the answer is ring ms / busbw in the table), so no plots.
@@ -243,4 +324,6 @@ def write_report(result: ScenarioResult, outdir: Path, *, plots: bool = True) ->
         files["fct_cdf"] = plot_fct_cdf(result, outdir / "fct_cdf.png")
         if any(r.result.utilization is not None for r in result.runs):
             files["link_util"] = plot_link_heatmap(result, outdir / "link_util.png")
+        if tables is not None:
+            files["slowdown"] = plot_slowdown(result, outdir / "slowdown.png", tables=tables)
     return files

@@ -17,6 +17,13 @@ so a failed link is simply absent and traffic reroutes around it):
              et al., SIGCOMM'14: leaf-to-leaf path congestion = max over the path's links).
 ``stripe``   multi-plane striping: a flow is split evenly over its NIC's planes (uplinks) and
              ECMP-hashed inside each plane (a single-homed NIC behaves like ``ecmp``).
+``oblivious:paths=N``  oblivious spraying over N entropy values (UEC packet spraying as
+             uet-htsim's ``UecMpOblivious`` does it): the sender cycles its packets over N
+             entropies, every switch hashes (flow, entropy) onto its next hops, so a flow is
+             split evenly over N hashed paths, which collide (unlike ``spray``'s perfectly
+             even split). The switch hash is a uniform mixing function (splitmix64 with a
+             per-switch salt, as htsim's salted freeBSD hash): a CRC of consecutive entropy
+             values is affine and would spread them exactly evenly over 2^k ports.
 
 The per-hop walk is vectorized over all flows: flows are grouped by (current switch,
 destination attachment) and the crc32 hash is computed with a table-driven numpy CRC that is
@@ -28,7 +35,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -38,9 +45,12 @@ from fabricscope.fabric.routing import ROCE_PORT, Routing
 from fabricscope.model.errors import ConfigError
 from fabricscope.model.records import FiveTuple
 
-Scheme = Literal["ecmp", "random", "spray", "flowlet", "dlb", "stripe"]
+Scheme = Literal["ecmp", "random", "spray", "flowlet", "dlb", "stripe", "oblivious"]
 SCHEMES: tuple[Scheme, ...] = ("ecmp", "random", "spray", "flowlet", "dlb", "stripe")
 DYNAMIC_SCHEMES: frozenset[str] = frozenset({"flowlet", "dlb"})
+PARAMETRIC_SCHEMES: tuple[str, ...] = ("oblivious:paths=N",)
+"""Schemes with a parameter: ``check_scheme`` returns the full name (``oblivious:paths=128``)."""
+MAX_ENTROPIES = 65536
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -52,10 +62,44 @@ _CRC_TABLE = np.array(
 
 
 def check_scheme(name: str, *, source: str = "lb") -> Scheme:
-    """Validate a scheme name (error names the source and the value)."""
+    """Validate a scheme name (error names the source and the value).
+
+    ``oblivious:paths=N`` is returned as given (typed as ``Scheme``; :func:`oblivious_paths`
+    reads N back)."""
+    if name.startswith("oblivious"):
+        oblivious_paths(name, source=source)
+        return cast(Scheme, name)
     if name not in SCHEMES:
-        raise ConfigError(f"{source}: unknown load-balancing scheme {name!r}; choose one of {', '.join(SCHEMES)}")
+        raise ConfigError(f"{source}: unknown load-balancing scheme {name!r}; choose one of "
+                          f"{', '.join((*SCHEMES, *PARAMETRIC_SCHEMES))}")
     return name
+
+
+def oblivious_paths(name: str, *, source: str = "lb") -> int:
+    """N of ``oblivious:paths=N`` (1 <= N <= 65536); a clear error naming the value otherwise."""
+    head, _, arg = name.partition(":")
+    key, _, val = arg.partition("=")
+    if head != "oblivious" or key.strip() != "paths" or not val.strip().isdigit():
+        raise ConfigError(f"{source}: {name!r}: expected oblivious:paths=N with N a whole number, "
+                          "e.g. oblivious:paths=128")
+    n = int(val)
+    if not 1 <= n <= MAX_ENTROPIES:
+        raise ConfigError(f"{source}: {name!r}: paths must be in 1..{MAX_ENTROPIES}, got {n}")
+    return n
+
+
+_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def mix64(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """splitmix64's finalizer (Steele, Lea & Flood, OOPSLA 2014), vectorized: a uniform
+    mixing hash of 64-bit keys."""
+    with np.errstate(over="ignore"):
+        z = x + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        out: npt.NDArray[np.uint64] = z ^ (z >> np.uint64(31))
+    return out
 
 
 def crc32_vec(keys: npt.NDArray[np.uint8], init: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint32]:
@@ -170,11 +214,13 @@ class PathFinder:
         *,
         keys: npt.NDArray[np.uint8] | None = None,
         rng: np.random.Generator | None = None,
+        entropy: npt.NDArray[np.uint64] | None = None,
     ) -> tuple[list[IntArray], npt.NDArray[np.bool_]]:
         """Walk every flow from node ``start[i]`` to NIC ``dst[i]``.
 
-        The next hop is chosen by the switch hash of ``keys[i]`` (ECMP) or uniformly with
-        ``rng``. Returns the chosen edge per hop (-1 once arrived) and an unroutable mask.
+        The next hop is chosen by the switch hash of ``keys[i]`` (ECMP), uniformly with
+        ``rng``, or by :func:`mix64` of ``entropy[i]`` salted per switch (oblivious spraying).
+        Returns the chosen edge per hop (-1 once arrived) and an unroutable mask.
         """
         ix = self.ix
         n = start.shape[0]
@@ -182,8 +228,8 @@ class PathFinder:
         failed = np.zeros(n, dtype=bool)
         hops: list[IntArray] = []
         use_hash = keys is not None
-        if not use_hash and rng is None:
-            raise ValueError("walk: give keys (hashing) or rng (random)")
+        if not use_hash and rng is None and entropy is None:
+            raise ValueError("walk: give keys (hashing), rng (random) or entropy")
         if use_hash and self.routing.hash.function != "crc32":
             return self._walk_scalar(start, dst, keys)  # type: ignore[arg-type]
         for _ in range(_MAX_HOPS):
@@ -231,6 +277,10 @@ class PathFinder:
                         assert keys is not None
                         h = crc32_vec(keys[live[fwd][multi]], self.seed[c[fwd][multi]]).astype(np.int64)
                         pick[multi] = (h ^ (h >> 16)) % lens[multi]
+                    elif entropy is not None:
+                        salt = mix64(self.seed[c[fwd][multi]].astype(np.uint64))
+                        h64 = mix64(entropy[live[fwd][multi]] ^ salt)
+                        pick[multi] = (h64 % lens[multi].astype(np.uint64)).astype(np.int64)
                     else:
                         assert rng is not None
                         pick[multi] = (rng.random(int(multi.sum())) * lens[multi]).astype(np.int64)
@@ -372,6 +422,43 @@ class PathFinder:
             )
         self._spray_cache[key] = out
         return out
+
+    def oblivious(self, src: IntArray, dst: IntArray, sport: IntArray, n_paths: int,
+                  rng: np.random.Generator) -> PathTable:
+        """Oblivious spraying over ``n_paths`` entropies per flow (uet-htsim ``UecMpOblivious``).
+
+        A flow's entropy values are ``n_paths`` distinct 16-bit numbers sharing random upper
+        bits (drawn from ``rng``, as htsim draws ``_path_random``); every switch maps (flow,
+        entropy) to a next hop with a salted uniform hash, so the flow's bytes split evenly
+        over ``n_paths`` hashed paths, duplicates adding up (collisions). Rows are the union
+        of the paths' links with weight (paths through the link) / ``n_paths``.
+        """
+        n = src.shape[0]
+        if n == 0:
+            return PathTable(np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0, bool))
+        mask = (1 << max(int(n_paths - 1).bit_length(), 0)) - 1
+        upper: IntArray = np.asarray(rng.integers(0, 1 << 16, size=n, dtype=np.int64), dtype=np.int64) & (~mask & 0xFFFF)
+        j = np.arange(n_paths, dtype=np.int64)
+        ev = (upper[:, None] | j[None, :]).ravel()  # n * n_paths entropy values
+        fid = np.repeat(np.arange(n, dtype=np.int64), n_paths)
+        # flow identity (endpoints, source port) and the entropy: the switch hash input
+        flow_key = mix64((src.astype(np.uint64) << np.uint64(40)) ^ (dst.astype(np.uint64) << np.uint64(16))
+                         ^ (sport.astype(np.uint64) & np.uint64(0xFFFF)))
+        key = mix64(flow_key[fid] ^ (ev.astype(np.uint64) << np.uint64(48)))
+        s_rep, d_rep = src[fid], dst[fid]
+        hops, failed = self.walk(s_rep, d_rep, entropy=key)
+        tab = _stack(hops, failed, fid.shape[0])
+        bad = np.zeros(n, dtype=bool)
+        np.logical_or.at(bad, fid, tab.unroutable)
+        rows = np.repeat(fid, np.diff(tab.indptr))
+        ne = self.ix.n_edges
+        code = rows * ne + tab.edges
+        keep = ~bad[rows]
+        uniq, counts = np.unique(code[keep], return_counts=True)
+        f_of = uniq // ne
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(f_of, minlength=n), out=indptr[1:])
+        return PathTable(indptr, (uniq % ne).astype(np.int64), counts.astype(np.float64) / n_paths, bad)
 
     def stripe(self, src: IntArray, dst: IntArray, sport: IntArray) -> PathTable:
         """Even split over the source NIC's usable uplinks, ECMP inside each plane."""
@@ -538,6 +625,8 @@ def route_flows(
         return finder.spray(src, dst)
     if scheme == "stripe":
         return finder.stripe(src, dst, sport)
+    if scheme.startswith("oblivious"):
+        return finder.oblivious(src, dst, sport, oblivious_paths(scheme), rng or np.random.default_rng(0))
     if scheme == "dlb":
         if load is None:
             load = np.zeros(finder.ix.n_edges)

@@ -1,5 +1,5 @@
 """The transport layer of the simulator: a time-stepped fluid model of switch queues, ECN,
-PFC (with its watchdog) and DCQCN, on the routes of the flow-level engine
+PFC (with its watchdog), DCQCN, HPCC and NSCC, on the routes of the flow-level engine
 (docs/design/sim-transport.md)."""
 
 from fabricscope.sim.transport.config import (
@@ -21,6 +21,7 @@ from fabricscope.sim.transport.dcqcn import (
     marking_probability,
 )
 from fabricscope.sim.transport.fluid import FluidTransport, simulate_transport
+from fabricscope.sim.transport.nscc import NsccConfig
 from fabricscope.sim.transport.results import TransportResult, TransportStats
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "EcnConfig",
     "FluidTransport",
     "HpccConfig",
+    "NsccConfig",
     "PfcConfig",
     "TransportConfig",
     "TransportResult",

@@ -11,9 +11,10 @@ from typing import Literal
 
 from fabricscope.model.errors import ConfigError
 from fabricscope.sim.transport.dcqcn import PAPER, DcqcnParams
+from fabricscope.sim.transport.nscc import NsccConfig
 
-CcName = Literal["none", "dcqcn", "hpcc"]
-CC_NAMES: tuple[CcName, ...] = ("none", "dcqcn", "hpcc")
+CcName = Literal["none", "dcqcn", "hpcc", "nscc"]
+CC_NAMES: tuple[CcName, ...] = ("none", "dcqcn", "hpcc", "nscc")
 
 
 def _check(ok: bool, where: str, msg: str) -> None:
@@ -121,8 +122,9 @@ class TransportConfig:
     """Everything the fluid transport engine needs besides the fabric and the flows.
 
     cc:         ``dcqcn`` (rate control of Zhu et al.), ``hpcc`` (window control of Li et
-                al. on in-band telemetry) or ``none`` (senders at line rate: what PFC
-                alone does)
+                al. on in-band telemetry), ``nscc`` (UEC sender window from delay and ECN,
+                :mod:`~fabricscope.sim.transport.nscc`) or ``none`` (senders at line rate:
+                what PFC alone does)
     dcqcn:      DCQCN parameters (:data:`~fabricscope.sim.transport.dcqcn.PAPER` or
                 :data:`~fabricscope.sim.transport.dcqcn.NIC_DEFAULT`)
     dt_ns:      step; ``None`` chooses ``min(500 ns, smallest link latency / 2)``
@@ -134,6 +136,7 @@ class TransportConfig:
     cc: CcName = "dcqcn"
     dcqcn: DcqcnParams = PAPER
     hpcc: HpccConfig = field(default_factory=HpccConfig)
+    nscc: NsccConfig = field(default_factory=NsccConfig)
     buffer: BufferConfig = field(default_factory=BufferConfig)
     ecn: EcnConfig = field(default_factory=EcnConfig)
     pfc: PfcConfig = field(default_factory=PfcConfig)
@@ -152,6 +155,7 @@ class TransportConfig:
         self.pfc.validate()
         self.dcqcn.validate()
         self.hpcc.validate()
+        self.nscc.validate()
 
 
 def parse_ecn(text: str, *, where: str = "--ecn") -> EcnConfig:
@@ -188,17 +192,20 @@ def transport_config_from_flags(
 
     ``cc="ideal"`` is the max-min engine: ``None`` is returned, and giving a transport
     option with it is an error (it would be silently ignored). With ``dcqcn`` or ``hpcc``
-    PFC is on unless ``pfc=False`` (RoCE runs lossless by default).
+    PFC is on unless ``pfc=False`` (RoCE runs lossless by default). With ``nscc`` PFC is off
+    unless ``pfc=True`` (UEC runs lossy, htsim's switches trim: here a drop is re-sent, see
+    docs/design/sim-transport.md) and ECN follows htsim's BDP-relative default unless ``ecn``
+    is given.
     """
     from fabricscope.sim.transport.dcqcn import PARAM_SETS
     from fabricscope.sim.workload import parse_size
 
-    if cc not in ("ideal", "dcqcn", "hpcc"):
-        raise ConfigError(f"--cc: unknown congestion control {cc!r}; known: ideal, dcqcn, hpcc")
+    if cc not in ("ideal", "dcqcn", "hpcc", "nscc"):
+        raise ConfigError(f"--cc: unknown congestion control {cc!r}; known: ideal, dcqcn, hpcc, nscc")
     if cc == "ideal":
         given = [name for name, v in (("--buffer", buffer), ("--ecn", ecn), ("--pfc/--no-pfc", pfc)) if v is not None]
         if given:
-            raise ConfigError(f"{given[0]}: only applies with --cc dcqcn or hpcc (the ideal engine has no queues)")
+            raise ConfigError(f"{given[0]}: only applies with --cc dcqcn, hpcc or nscc (the ideal engine has no queues)")
         return None
     if dcqcn not in PARAM_SETS:
         raise ConfigError(f"--dcqcn: unknown parameter set {dcqcn!r}; known: {', '.join(PARAM_SETS)}")
@@ -209,6 +216,11 @@ def transport_config_from_flags(
         buf = BufferConfig(size_bytes=parse_size(buffer, field="--buffer", source="<flags>"))
         buf.validate(mtu_bytes=mtu_bytes, where="--buffer")
     e = parse_ecn(ecn) if ecn is not None else EcnConfig()
+    if cc == "nscc":
+        cfg = TransportConfig(cc="nscc", buffer=buf, ecn=e, pfc=PfcConfig(enabled=pfc is True), mtu_bytes=mtu_bytes,
+                              nscc=NsccConfig() if ecn is None else NsccConfig(ecn_bdp=None))
+        cfg.validate()
+        return cfg
     cfg = TransportConfig(cc="hpcc" if cc == "hpcc" else "dcqcn", dcqcn=PARAM_SETS[dcqcn], buffer=buf, ecn=e,
                           pfc=PfcConfig(enabled=pfc is not False), mtu_bytes=mtu_bytes)
     cfg.validate()

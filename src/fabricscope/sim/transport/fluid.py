@@ -26,6 +26,7 @@ from fabricscope.sim.flows import Workload
 from fabricscope.sim.loadbalance import DYNAMIC_SCHEMES, PathTable, check_scheme
 from fabricscope.sim.results import SimResult
 from fabricscope.sim.transport import kernel as K
+from fabricscope.sim.transport import nscc as NS
 from fabricscope.sim.transport.config import TransportConfig
 from fabricscope.sim.transport.results import TransportResult, TransportStats
 from fabricscope.sim.transport.segments import build_segments
@@ -44,7 +45,7 @@ class FluidTransport:
     Parameters
     ----------
     lb:
-        ``ecmp``, ``random``, ``spray`` or ``stripe`` (static routes; ``flowlet``/``dlb``
+        ``ecmp``, ``random``, ``spray``, ``stripe`` or ``oblivious:paths=N`` (static routes; ``flowlet``/``dlb``
         re-route per flowlet and are not in the transport engine yet).
     faults:
         ``link-down`` / ``link-degraded`` faults active for the whole run (start 0, no end).
@@ -79,7 +80,7 @@ class FluidTransport:
         scheme = check_scheme(lb)
         if scheme in DYNAMIC_SCHEMES:
             raise ConfigError(f"lb {scheme}: re-routing per flowlet is not in the transport engine yet "
-                              "(use ecmp, random, spray or stripe with --cc dcqcn)")
+                              "(use ecmp, random, spray, stripe or oblivious:paths=N)")
         fl = _as_faults(faults)
         for f in fl:
             if f.kind in ("link-down", "link-degraded") and (f.start_ns > 0 or f.end_ns is not None):
@@ -186,7 +187,7 @@ class FluidTransport:
         self.t_fct[local] = 0.0
         ndeps = eng.ndeps.copy()
         ready = np.where(ndeps == 0, eng.start_at + eng.gap, eng.start_at).astype(np.float64)
-        cc_mode = {"none": K.CC_NONE, "dcqcn": K.CC_DCQCN, "hpcc": K.CC_HPCC}[cfg.cc]
+        cc_mode = {"none": K.CC_NONE, "dcqcn": K.CC_DCQCN, "hpcc": K.CC_HPCC, "nscc": K.CC_NSCC}[cfg.cc]
         p = cfg.dcqcn
         xon = pfc.xon_delta_bytes if pfc.xon_delta_bytes is not None else 2.0 * mtu
         wd_detect = math.ceil(pfc.watchdog_ns / dt) if pfc.enabled and pfc.watchdog_ns > 0 else 0
@@ -202,6 +203,27 @@ class FluidTransport:
         self.ip[K.IP_CC_EVERY] = max(1, math.floor(min(CC_DT_NS, 0.1 * p.tau_ns) / dt))
         self.fp = np.zeros(K.N_FP)
         ecn = cfg.ecn
+        # NSCC: reacts per acknowledgement (every step here); constants scaled to the fabric.
+        routed = np.diff(table.indptr) > 0
+        base_rtt = 2.0 * lat_ns + sf_ns + mtu / np.maximum(f_line, 1e-12)
+        self.nscc: NS.NsccDerived | None = None
+        if cfg.cc == "nscc":
+            self.ip[K.IP_CC_EVERY] = 1
+            net_rtt = float(base_rtt[routed].max()) if routed.any() else 2.0 * DEFAULT_DT_NS
+            link = float(f_line[routed].max()) if routed.any() else 12.5
+            self.nscc = NS.derive(cfg.nscc, network_rtt_ns=net_rtt, link_bytes_per_ns=link, mtu=mtu)
+            if self.nscc.kmin_bytes is not None and self.nscc.kmax_bytes is not None:
+                from fabricscope.sim.transport.config import EcnConfig
+
+                ecn = EcnConfig(self.nscc.kmin_bytes, self.nscc.kmax_bytes, 1.0)
+        nfp = self.nscc.params if self.nscc is not None else np.zeros(NS.N_NP)
+        nst = (NS.init_state(base_rtt, f_line, cfg.nscc.max_window_bdp, mtu) if self.nscc is not None
+               else np.zeros((1, NS.N_NS)))
+        wire = eng.size.copy()  # bytes on the wire: UEC adds a header per MSS under NSCC
+        if self.nscc is not None and cfg.nscc.header_bytes > 0:
+            mss = mtu - cfg.nscc.header_bytes
+            wire = wire + np.ceil(wire / mss) * cfg.nscc.header_bytes
+        self.ecn = ecn
         self.fp[[K.FP_DT, K.FP_KMIN, K.FP_KMAX, K.FP_PMAX, K.FP_BUF_ALPHA, K.FP_PFC_ALPHA, K.FP_XOFF,
                  K.FP_XON_DELTA, K.FP_MTU, K.FP_TAU, K.FP_TAU_A, K.FP_TIMER, K.FP_BC, K.FP_F, K.FP_RAI,
                  K.FP_G, K.FP_RMIN, K.FP_NIC_Q, K.FP_ETA, K.FP_WAI, K.FP_MAX_STAGE]] = [
@@ -216,7 +238,7 @@ class FluidTransport:
             segs.ch_frac, segs.eptr, segs.fptr, segs.fidx, segs.f0ptr, segs.f0idx,
             e_list, e_cap, e_delay, ix.src.astype(np.int64), ix.dst.astype(np.int64), e_src_sw, e_dst_sw, e_stuck,
             n_buf, n_hroom,
-            eng.size.copy(), f_line, ready, eng.gap.astype(np.float64), ndeps, eng.kid_ptr, eng.kid_idx,
+            wire, f_line, ready, eng.gap.astype(np.float64), ndeps, eng.kid_ptr, eng.kid_idx,
             rtt_steps, tail + sf_ns, lat_ns.astype(np.float64),
         )
         self.clock = np.zeros(2)
@@ -231,7 +253,8 @@ class FluidTransport:
             self.state, self.rc, np.zeros(n), np.ones(n), np.zeros(n), self.delivered, np.zeros(n),
             self.t_start, self.t_arrive, self.t_fct, self.start_step,
             np.zeros((lcc, n)), np.zeros((lcc, n)), self.qd_acc, np.full(n, -np.inf), np.zeros(ne), np.zeros(ne), np.zeros(ne), np.zeros(ne),
-            np.full(n, -1.0),
+            np.full(n, -1.0), nst, nfp, np.zeros((2, lcc, n)) if self.nscc is not None else np.zeros((2, 1, 1)),
+            np.zeros(ne),
         )
         self.maxq, self.qsum, self.drop, self.mark = (np.zeros(ne) for _ in range(4))
         self.xoff, self.wd = np.zeros(ne, np.int64), np.zeros(ne, np.int64)
@@ -310,6 +333,10 @@ class FluidTransport:
                                    "dcqcn": self.config.dcqcn.name if self.config.cc == "dcqcn" else "-",
                                    "pfc": self.config.pfc.enabled, "dt_ns": self.dt,
                                    "sim_time_us": round(st.sim_time_ns / 1e3, 3)}
+        if self.nscc is not None:
+            meta["nscc_target_qdelay_us"] = round(self.nscc.target_qdelay_ns / 1e3, 3)
+            meta["nscc_network_rtt_us"] = round(self.nscc.network_rtt_ns / 1e3, 3)
+            meta["nscc_ecn_kmin_kmax_kb"] = f"{self.ecn.kmin_bytes / 1e3:.1f},{self.ecn.kmax_bytes / 1e3:.1f}"
         meta.update(st.totals())
         unfinished = int(((self.state == 0) | (self.state == 1)).sum())
         meta["unfinished"] = unfinished

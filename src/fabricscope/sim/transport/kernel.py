@@ -18,6 +18,19 @@ import numba
 import numpy as np
 
 from fabricscope.sim.transport.dcqcn import dcqcn_derivatives
+from fabricscope.sim.transport.nscc import (
+    NP_HDR_CAP,
+    NP_MTU,
+    NP_PORT_CAP,
+    NP_RTO,
+    NP_TRIM_HDR,
+    NS_NK_AT,
+    NS_NK_PEND,
+    NS_RTO_AT,
+    NS_RTO_PEND,
+    NS_W,
+    nscc_update,
+)
 
 # ip: integer parameters
 (IP_L, IP_LCC, IP_CC, IP_PFC, IP_WD_DETECT, IP_WD_RESTORE, IP_STEPS, IP_TRACE_EVERY, IP_WD_FORWARD,
@@ -27,7 +40,7 @@ from fabricscope.sim.transport.dcqcn import dcqcn_derivatives
  FP_TAU, FP_TAU_A, FP_TIMER, FP_BC, FP_F, FP_RAI, FP_G, FP_RMIN, FP_NIC_Q,
  FP_ETA, FP_WAI, FP_MAX_STAGE) = range(21)
 N_IP, N_FP = 10, 21
-CC_NONE, CC_DCQCN, CC_HPCC = 0, 1, 2
+CC_NONE, CC_DCQCN, CC_HPCC, CC_NSCC = 0, 1, 2, 3
 
 
 @numba.njit(cache=True, inline="always")
@@ -88,6 +101,37 @@ def _hpcc(f, step, lcc, cc_every, dt_cc, fp, fptr, fidx, s_edge, e_src_sw, e_cap
 
 
 @numba.njit(cache=True)
+def _nscc_flow(f, step, t, lcc, cc_every, fptr, fidx, s_edge, s_w, e_src_sw, e_cap, qm,  # type: ignore[no-untyped-def]
+               f_rtt_steps, start_step, sent, delivered, lost, lg, hist_p, hist_r, nhist, nst, nfp):
+    """NSCC (:mod:`fabricscope.sim.transport.nscc`) on the fluid: record this step's switch
+    queueing delay of the flow's path, its ECN fraction and its delivered bytes; the
+    acknowledgements of what was delivered half a base RTT ago (one way) reach the sender
+    now, carrying the delay and marks of that moment."""
+    dsw = 0.0
+    for m in range(fptr[f], fptr[f + 1]):
+        s = fidx[m]
+        e = s_edge[s]
+        if e_src_sw[e]:
+            dsw += s_w[s] * qm[e] / e_cap[e]
+    h = step % lcc
+    hist_p[h, f] = dsw
+    nhist[0, h, f] = -math.expm1(lg)
+    nhist[1, h, f] = lost[f]
+    hist_r[h, f] = delivered[f]
+    age = step - start_step[f]
+    if age % cc_every != 0:
+        return
+    d1 = max(min(f_rtt_steps[f] // 2, lcc - 1), 1)
+    if age < d1:
+        return
+    k = (step - d1) % lcc
+    acked = hist_r[k, f]
+    nacked = nhist[1, k, f]
+    inflight = max(sent[f] - nacked - acked, 0.0)
+    nscc_update(nst, f, t, acked, nacked, hist_p[k, f], nhist[0, k, f], inflight, nfp)
+
+
+@numba.njit(cache=True)
 def advance(  # type: ignore[no-untyped-def]
     ip, fp,
     s_flow, s_edge, s_in, s_w, s_last, ch_ptr, ch_idx, ch_frac, eptr, fptr, fidx, f0ptr, f0idx,
@@ -95,7 +139,7 @@ def advance(  # type: ignore[no-untyped-def]
     f_size, f_line, f_ready, f_gap, f_ndeps, kid_ptr, kid_idx, f_rtt_steps, f_tail_ns, f_ack_ns,
     clock, q, arr, qe, ing, used, pr, req, wd_cnt, storm_until,
     f_state, rc, rt, alpha, sent, delivered, lost, t_start, t_arrive, t_fct, start_step,
-    hist_p, hist_r, qd_acc, f_dep_ready, pe, qm, ain, txr, stage,
+    hist_p, hist_r, qd_acc, f_dep_ready, pe, qm, ain, txr, stage, nst, nfp, nhist, trim_q,
     st_maxq, st_qsum, st_drop, st_mark, st_xoff, st_paused, st_wd, st_served,
     trace_e, trace_buf, trace_t, trace_n,
 ):
@@ -126,6 +170,14 @@ def advance(  # type: ignore[no-untyped-def]
     next_ready = np.inf
     cc_every = ip[IP_CC_EVERY]
     dt_cc = dt * cc_every
+    port_cap = nfp[NP_PORT_CAP] if not pfc else 0.0  # per-port queue limit (lossy NSCC runs)
+    trim_frac = nfp[NP_TRIM_HDR] / nfp[NP_MTU] if nfp[NP_MTU] > 0.0 and not pfc else 0.0
+    hdr_cap = nfp[NP_HDR_CAP]
+    rto = nfp[NP_RTO]
+    in_stamp = np.full(n_e, -1, np.int64)
+    adm_stamp = np.full(n_e, -1, np.int64)
+    in_tot = np.zeros(n_e)
+    adm_frac = np.ones(n_e)
     for _ in range(n_steps):
         if done == n_f:
             break
@@ -174,6 +226,17 @@ def advance(  # type: ignore[no-untyped-def]
                 rescan = True
                 continue
         # ---------------------------------------------------------- arrivals
+        # A full queue drops from every arriving segment in proportion to its bytes (tail
+        # drop of interleaved packets), not first-come in segment order: pass 1 sums the
+        # step's arrivals per egress, pass 2 admits the same fraction of each.
+        for s in range(q.shape[0]):
+            b = arr[slot, s]
+            if b > 0.0:
+                e = s_edge[s]
+                if in_stamp[e] != step:
+                    in_stamp[e] = step
+                    in_tot[e] = 0.0
+                in_tot[e] += b
         for s in range(q.shape[0]):
             b = arr[slot, s]
             if b <= 0.0:
@@ -188,12 +251,36 @@ def advance(  # type: ignore[no-untyped-def]
             adm = b
             if e_src_sw[e]:
                 node = e_src[e]
-                free = n_buf[node] - used[node]
-                allowed = free if pfc else min(free, buf_alpha * free - qe[e])
-                if allowed < adm:
-                    adm = max(allowed, 0.0)
+                if adm_stamp[e] != step:  # this egress's admitted fraction for the step
+                    adm_stamp[e] = step
+                    free = n_buf[node] - used[node]
+                    # dynamic threshold with the admitted bytes counted: q + x <= alpha (free - x)
+                    allowed = free if pfc else min(free, (buf_alpha * free - qe[e]) / (1.0 + buf_alpha))
+                    if port_cap > 0.0:
+                        allowed = min(allowed, port_cap - qe[e])
+                    adm_frac[e] = min(max(allowed, 0.0) / in_tot[e], 1.0)
+                if adm_frac[e] < 1.0:
+                    adm = b * adm_frac[e]
                     st_drop[e] += b - adm
-                    lost[f] += b - adm
+                    if trim_frac > 0.0:  # trimmed: the header goes on (NACK) while it fits
+                        hdr = (b - adm) * trim_frac
+                        fit = min(max(hdr_cap - trim_q[e], 0.0), hdr)
+                        trim_q[e] += fit
+                        nack = (b - adm) * fit / hdr
+                        wait = trim_q[e] / e_cap[e]  # the header queues behind earlier ones
+                        if wait <= dt:
+                            lost[f] += nack
+                        else:
+                            if nst[f, NS_NK_PEND] <= 0.0:
+                                nst[f, NS_NK_AT] = t + wait
+                            nst[f, NS_NK_PEND] += nack
+                        silent = b - adm - nack
+                        if silent > 0.0:  # header dropped too: known at the sender's timeout
+                            if nst[f, NS_RTO_PEND] <= 0.0:
+                                nst[f, NS_RTO_AT] = t + rto
+                            nst[f, NS_RTO_PEND] += silent
+                    else:
+                        lost[f] += b - adm
                 used[node] += adm
             q[s] += adm
             qe[e] += adm
@@ -204,10 +291,27 @@ def advance(  # type: ignore[no-untyped-def]
         for f in range(n_f):
             if f_state[f] != 1:
                 continue
+            if cc == CC_NSCC:
+                if nst[f, NS_NK_PEND] > 0.0 and t >= nst[f, NS_NK_AT]:
+                    lost[f] += nst[f, NS_NK_PEND]  # the header left the trimming port
+                    nst[f, NS_NK_PEND] = 0.0
+                if nst[f, NS_RTO_PEND] > 0.0 and t >= nst[f, NS_RTO_AT]:
+                    lost[f] += nst[f, NS_RTO_PEND]  # retransmission timeout
+                    nst[f, NS_RTO_PEND] = 0.0
             left = f_size[f] + lost[f] - sent[f]
             if left <= 0.0:
                 continue
             want = min(rc[f] * dt, left)
+            if cc == CC_NSCC:  # window: bytes in flight (sent, not NACKed, not acknowledged) <= W
+                d1 = max(min(f_rtt_steps[f] // 2, lcc - 1), 1)
+                old = step - start_step[f] >= d1
+                k1 = (step - d1) % lcc
+                acked = hist_r[k1, f] if old else 0.0
+                nacked = nhist[1, k1, f] if old else 0.0  # a loss is known when its NACK is back
+                left = f_size[f] + nacked - sent[f]
+                if left <= 0.0:
+                    continue
+                want = min(rc[f] * dt, left, max(nst[f, NS_W] - (sent[f] - nacked - acked), 0.0))
             given = 0.0
             cap_q = max(nic_q, 2.0 * f_line[f] * dt)  # a QP keeps two steps of data ready
             for m in range(f0ptr[f], f0ptr[f + 1]):
@@ -229,6 +333,11 @@ def advance(  # type: ignore[no-untyped-def]
             a_in = ain[e]
             ain[e] = 0.0
             txr[e] = 0.0
+            budget = e_cap[e] * dt
+            if trim_q[e] > 0.0:  # trimmed headers go out first (high priority)
+                h_out = min(trim_q[e], budget)
+                trim_q[e] -= h_out
+                budget -= h_out
             if qe[e] <= 0.0:
                 wd_cnt[e] = 0
                 continue
@@ -261,7 +370,7 @@ def advance(  # type: ignore[no-untyped-def]
                         wd_cnt[e] = 0
                 continue
             wd_cnt[e] = 0
-            frac = min(1.0, e_cap[e] * dt / qe[e])
+            frac = min(1.0, budget / qe[e])
             tot = 0.0
             d = (step + e_delay[e]) % L
             for s in range(eptr[e], eptr[e + 1]):
@@ -340,6 +449,10 @@ def advance(  # type: ignore[no-untyped-def]
                 qd += s_w[s] * qe[e] / e_cap[e]
             qd_acc[f] += qd * dt
             if cc == CC_NONE:
+                continue
+            if cc == CC_NSCC:
+                _nscc_flow(f, step, t, lcc, cc_every, fptr, fidx, s_edge, s_w, e_src_sw, e_cap, qm,
+                           f_rtt_steps, start_step, sent, delivered, lost, lg, hist_p, hist_r, nhist, nst, nfp)
                 continue
             if cc == CC_HPCC:
                 _hpcc(f, step, lcc, cc_every, dt_cc, fp, fptr, fidx, s_edge, e_src_sw, e_cap, qm, txr,

@@ -5,6 +5,7 @@ Vocabulary (every key but ``kind`` optional unless marked; sizes take units: ``2
 
     kind: allreduce | allgather | reducescatter | alltoall      # GPU collectives
           permutation | incast | nic-all-to-all | flows | job   # NIC traffic, jobs
+          poisson                                        # open-loop flow-size traffic
     name: label for results
 
     # collectives
@@ -24,10 +25,14 @@ Vocabulary (every key but ``kind`` optional unless marked; sizes take units: ``2
     # flows:  file (CSV or JSON with src,dst,size[,start]) or flows (inline list)
     # job:    dp (required), tp, pp, microbatches, grad_size, activation_size,
     #         fwd_compute, bwd_compute, dp_collective (allreduce | reducescatter), channels
+    # poisson: cdf (websearch | fb_hadoop | a 'SIZE PERCENT' file; default websearch),
+    #          load (fraction of each host's link rate, 0.5 or 50%; required),
+    #          duration (arrivals in [0, duration]; required)
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from fabricscope.fabric.inventory import Fabric
@@ -36,6 +41,12 @@ from fabricscope.sim.flows import Workload
 from fabricscope.sim.workload.collectives import all_to_all, ring_collective, ring_steady_state
 from fabricscope.sim.workload.jobs import JobSpec, job_iteration
 from fabricscope.sim.workload.placement import PLACEMENT_POLICIES, place_ranks
+from fabricscope.sim.workload.poisson import (
+    FlowSizeCdf,
+    expected_flows,
+    load_cdf,
+    poisson_workload,
+)
 from fabricscope.sim.workload.traffic import (
     all_to_all_matrix,
     incast,
@@ -62,6 +73,7 @@ KEYS: dict[str, frozenset[str]] = {
     "job": frozenset({"kind", "name", "dp", "tp", "pp", "microbatches", "grad_size",
                       "activation_size", "fwd_compute", "bwd_compute", "dp_collective",
                       "channels"}),
+    "poisson": frozenset({"kind", "name", "cdf", "load", "duration"}),
 }
 KINDS: tuple[str, ...] = tuple(KEYS)
 
@@ -169,6 +181,8 @@ def workload_from_spec(
         return _incast(fabric, s, name, seed)
     if kind == "flows":
         return _flows(fabric, s, name)
+    if kind == "poisson":
+        return _poisson(fabric, s, name, seed)
     return _job(fabric, s, name)
 
 
@@ -196,6 +210,9 @@ def estimate_flows(
     if kind == "flows":
         v = spec.get("flows")
         return len(v) if isinstance(v, list) else None
+    if kind == "poisson":
+        cdf, load, duration = _poisson_params(s)
+        return math.ceil(expected_flows(fabric, cdf, load=load, duration_ns=duration))
     if kind not in ("allreduce", "allgather", "reducescatter", "alltoall"):
         return None
     from fabricscope.sim.workload.collectives import (
@@ -276,6 +293,34 @@ def _flows(fabric: Fabric, s: _Spec, name: str | None) -> Workload:
             raise s.err(f"flows[{i}]", f"expected a mapping with src, dst, size, got {item!r}")
         rows.append((f"{s.where}.flows[{i}]", item))
     return parse_flow_rows(fabric, rows, source=s.source, name=name)
+
+
+def _poisson_params(s: _Spec) -> tuple[FlowSizeCdf, float, float]:
+    cdf = load_cdf(s.str_("cdf") or "websearch", where=f"{s.source}: {s.where}.cdf")
+    v = s.d.get("load")
+    if v is None:
+        raise s.err("load", "missing (a fraction of the host link rate, e.g. 0.5 or 50%)")
+    load: float | None = None
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        load = float(v)
+    elif isinstance(v, str):
+        try:
+            load = float(v.strip().removesuffix("%")) / (100.0 if v.strip().endswith("%") else 1.0)
+        except ValueError:
+            load = None
+    if load is None or not 0 < load <= 1:
+        raise s.err("load", f"expected a fraction in (0, 1] of the host link rate (0.5 or 50%), got {v!r}")
+    if not s.has("duration"):
+        raise s.err("duration", "missing (a duration like '10ms')")
+    duration = s.duration("duration")
+    if duration <= 0:
+        raise s.err("duration", f"must be > 0, got {s.d['duration']!r}")
+    return cdf, load, float(duration)
+
+
+def _poisson(fabric: Fabric, s: _Spec, name: str | None, seed: int) -> Workload:
+    cdf, load, duration = _poisson_params(s)
+    return poisson_workload(fabric, cdf, load=load, duration_ns=duration, seed=seed, name=name)
 
 
 def _job(fabric: Fabric, s: _Spec, name: str | None) -> Workload:
