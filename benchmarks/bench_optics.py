@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from fabricscope.optics.features import DAY_NS, feature_series
+from fabricscope.optics.features import DAY_NS, HOUR_NS, feature_series
 from fabricscope.optics.grade import grade_fleet, single_factor_flags, threshold_alarms
 from fabricscope.optics.predict import (
     NO_FAILURE,
@@ -100,6 +100,45 @@ def eval_fleets(quick: bool) -> list[tuple[int, FleetConfig, str]]:
     ]
 
 
+def fresh_fleets() -> list[tuple[int, FleetConfig, str]]:
+    """Three more unseen fleets (seeds 300-302), defined with the randomized-training change
+    and never used to choose anything: other sizes, intervals, vendor names, media and modes."""
+    return [
+        (300, FleetConfig(
+            modules=2000, days=21, sample_s=1800,
+            vendor_mix={"Borealis": 0.3, "Gamma": 0.4, "Cobalt": 0.3},
+            media_mix={"400GBASE-DR4": 0.5, "800GBASE-DR8": 0.1, "400GBASE-FR4": 0.2,
+                       "400GBASE-SR8": 0.1, "100GBASE-SR4": 0.1},
+            mode_mix={"aging-laser": 0.35, "connector": 0.1, "bent-fiber": 0.1,
+                      "hot-module": 0.1, "fec-degradation": 0.2, "sudden-death": 0.15},
+            fail_fraction=0.05),
+         "new vendor Gamma, 2,000 modules, 1800 s, aging / FEC heavy, 21 d"),
+        (301, FleetConfig(
+            modules=1500, days=21, sample_s=400,
+            vendor_mix={"Acme": 0.5, "Helix": 0.5},
+            mode_mix={"aging-laser": 0.1, "connector": 0.35, "bent-fiber": 0.25,
+                      "hot-module": 0.05, "fec-degradation": 0.1, "sudden-death": 0.15},
+            fail_fraction=0.06, parked_fraction=0.07, reseat_fraction=0.06),
+         "new vendor Helix, 400 s, connector / bent-fiber heavy, more parked and reseats"),
+        (302, FleetConfig(
+            modules=2400, days=28, sample_s=900,
+            vendor_mix={"Acme": 0.2, "Borealis": 0.2, "Iris": 0.3, "Jade": 0.3},
+            media_mix={"400GBASE-DR4": 0.1, "800GBASE-DR8": 0.1, "400GBASE-FR4": 0.1,
+                       "400GBASE-SR8": 0.35, "100GBASE-SR4": 0.35},
+            mode_mix={"aging-laser": 0.15, "connector": 0.2, "bent-fiber": 0.05,
+                      "hot-module": 0.25, "fec-degradation": 0.15, "sudden-death": 0.2},
+            fail_fraction=0.08),
+         "two new vendors, 2,400 modules, 28 d, 900 s, VCSEL heavy, hot-module heavy"),
+    ]
+
+
+def dev_fleets() -> list[tuple[int, FleetConfig, str]]:
+    """Development fleets (seeds 105-110, generator defaults but the interval): error
+    analysis only, never the final measurement."""
+    return [(105 + k, FleetConfig(sample_s=s), f"dev, defaults, {s} s")
+            for k, s in enumerate((600, 900, 300, 1200, 600, 1800))]
+
+
 def _truth_fail(fleet: Fleet) -> tuple[np.ndarray, np.ndarray]:
     idx = fleet.history.modules.index()
     fail = np.full(len(fleet.history.modules), NO_FAILURE, dtype=np.int64)
@@ -112,13 +151,21 @@ def _truth_fail(fleet: Fleet) -> tuple[np.ndarray, np.ndarray]:
     return fail, mode
 
 
-def accuracy_fleet(seed: int, cfg: FleetConfig, model: Model) -> dict[str, Any]:
+def accuracy_fleet(seed: int, cfg: FleetConfig, model: Model, every_h: int = 24
+                   ) -> dict[str, Any]:
+    """Score the three methods on one fleet under the daily protocol (00:00 UTC) and, with
+    ``every_h`` < 24, also flagging every ``every_h`` hours (the daily times are a subset)."""
     t0 = time.perf_counter()
     fleet = generate_fleet(cfg, seed=seed)
     t_gen = time.perf_counter() - t0
     h = fleet.history
     fail, mode = _truth_fail(fleet)
-    times = eval_times(h)
+    daily = eval_times(h)
+    times = eval_times(h, every_ns=every_h * HOUR_NS) if every_h < 24 else daily
+    is_daily = np.isin(np.asarray(times, dtype=np.int64), np.asarray(daily, dtype=np.int64))
+    if int(is_daily.sum()) != len(daily):
+        raise SystemExit(f"fleet {seed}: the daily times are not a subset of the "
+                         f"{every_h} h times")
     nm = len(h.modules)
     flags = {m: np.zeros((len(times), nm), dtype=bool) for m in METHODS}
     evaluated = np.zeros((len(times), nm), dtype=bool)
@@ -139,10 +186,21 @@ def accuracy_fleet(seed: int, cfg: FleetConfig, model: Model) -> dict[str, Any]:
         flags["threshold"][e] = threshold_alarms(h, at_ns=t)
         flags["single-factor"][e] = single_factor_flags(h, at_ns=t, peers=fleet.peers,
                                                         features=f)
-        risks.append(r[alive])
-        labels.append((fail[idx][alive] <= t + model.horizon_ns).astype(np.int8))
+        if is_daily[e]:
+            risks.append(r[alive])
+            labels.append((fail[idx][alive] <= t + model.horizon_ns).astype(np.int8))
     t_eval = time.perf_counter() - t1
     no_sd = mode != "sudden-death"
+    out_fast: dict[str, Any] = {}
+    if every_h < 24:
+        for m in METHODS:
+            s_all = episode_scores(times, flags[m], fail, evaluated=evaluated)
+            s_ex = episode_scores(times, flags[m], fail, evaluated=evaluated, include=no_sd)
+            out_fast[m] = {"all": s_all.to_json(), "no_sudden_death": s_ex.to_json(),
+                           "_all": s_all, "_ex": s_ex}
+        times = daily
+        evaluated = evaluated[is_daily]
+        flags = {m: v[is_daily] for m, v in flags.items()}
     out: dict[str, Any] = {"seed": seed, "modules": nm, "days": cfg.days,
                            "sample_s": cfg.sample_s, "rows": len(h),
                            "vendor_mix": dict(cfg.vendor_mix), "mode_mix": dict(cfg.mode_mix),
@@ -161,6 +219,10 @@ def accuracy_fleet(seed: int, cfg: FleetConfig, model: Model) -> dict[str, Any]:
         s = episode_scores(times, flags["model"], fail, evaluated=evaluated, include=sel)
         per_mode[md] = [s.tp, s.tp + s.fn]
     out["model_recall_by_mode"] = per_mode
+    if out_fast:
+        out["every_h"] = every_h
+        out["methods_every_h"] = out_fast
+    out["_debug"] = (times, flags["model"], fail, mode, evaluated)
     positives = out["methods"]["model"]["_all"].tp + out["methods"]["model"]["_all"].fn
     positives_ex = out["methods"]["model"]["_ex"].tp + out["methods"]["model"]["_ex"].fn
     out["sudden_death_share_of_positives"] = round(1 - positives_ex / max(positives, 1), 4)
@@ -171,8 +233,9 @@ def accuracy_fleet(seed: int, cfg: FleetConfig, model: Model) -> dict[str, Any]:
     return out
 
 
-def _pool(results: list[dict[str, Any]], method: str, key: str) -> EpisodeScores:
-    parts = [res["methods"][method][key] for res in results]
+def _pool(results: list[dict[str, Any]], method: str, key: str, protocol: str = "methods"
+          ) -> EpisodeScores:
+    parts = [res[protocol][method][key] for res in results]
     tp, fp, fn = (sum(getattr(p, a) for p in parts) for a in ("tp", "fp", "fn"))
     nf = sum(p.false_flags for p in parts)
     md = sum(p.module_days for p in parts)
@@ -197,29 +260,121 @@ def _calibration_table(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def run_accuracy(quick: bool) -> dict[str, Any]:
-    model = default_model()
-    results = []
-    for seed, cfg, note in eval_fleets(quick):
-        res = accuracy_fleet(seed, cfg, model)
-        res["note"] = note
-        results.append(res)
-        m = res["methods"]
-        print(f"fleet seed {seed} ({note}): {res['rows']:,} rows, {res['eval_times']} days, "
-              f"generate {res['generate_s']} s, evaluate {res['evaluate_s']} s", flush=True)
-        for meth in METHODS:
-            a, e = m[meth]["_all"], m[meth]["_ex"]
-            print(f"  {meth:14s} F1 {a.f1:.3f} (no sudden {e.f1:.3f})  P {e.precision:.3f} "
-                  f"R {e.recall:.3f}  FA/1k/day {e.false_alarms_per_1000_per_day:.2f}  "
-                  f"lead {e.median_lead_days:.2f} d", flush=True)
+def _false_flag_causes(fleet: Fleet, res: dict[str, Any]) -> dict[str, int]:
+    """Where the model's false-flag runs come from (development fleets only): the module's
+    truth (a failing module flagged > 7 days ahead, a late degrader, the far end of a failing
+    link, a nuisance) per run of consecutive false flags."""
+    times, flags, fail, mode, ev = res["_debug"]
+    idx = fleet.history.modules.index()
+    peer_of_failing: set[int] = set()
+    nuis: dict[int, str] = {}
+    late: set[int] = set()
+    for t in fleet.truth:
+        i = idx[(t.device, t.port)]
+        if t.nuisances:
+            nuis[i] = "+".join(sorted(t.nuisances))
+        if t.mode != "healthy" and not t.fails_in_window:
+            late.add(i)
+        if t.mode != "healthy" and t.peer:
+            d, _, pt = t.peer.rpartition(":")
+            j = idx.get((d, pt))
+            if j is not None:
+                peer_of_failing.add(j)
+    tt = np.asarray(times, dtype=np.int64)
+    T = fail[None, :].astype(np.float64)
+    within = (fail[None, :] != NO_FAILURE) & (tt[:, None] < T) & (tt[:, None] + 7 * DAY_NS >= T)
+    false = flags & ev & ~within
+    causes: Counter[str] = Counter()
+    for m in np.flatnonzero(false.any(axis=0)).tolist():
+        col = false[:, m]
+        runs = int(col[0]) + int((col[1:] & ~col[:-1]).sum())
+        if fail[m] != NO_FAILURE:
+            why = f"fails later ({mode[m]}), flagged > 7 d ahead"
+        elif m in late:
+            why = "degrading, fails after the window"
+        elif m in peer_of_failing:
+            why = "far end of a failing / degrading link"
+        elif m in nuis:
+            why = f"nuisance: {nuis[m]}"
+        else:
+            why = "healthy, no nuisance"
+        causes[why] += runs
+    return dict(causes.most_common())
+
+
+def _miss_causes(fleet: Fleet, res: dict[str, Any]) -> dict[str, int]:
+    """Why the model missed failing modules (development fleets only): sudden death, a lead
+    (onset to failure) under 2 days, an onset before the first sample, or none of these, by
+    mode."""
+    times, flags, fail, _, ev = res["_debug"]
+    idx = fleet.history.modules.index()
+    tt = np.asarray(times, dtype=np.int64)[:, None]
+    T = fail[None, :].astype(np.float64)
+    window = (fail[None, :] != NO_FAILURE) & (tt >= T - 7 * DAY_NS) & (tt <= T - DAY_NS) & ev
+    missed = window.any(axis=0) & ~(flags & window).any(axis=0)
+    start = int(fleet.history.ts.min())
+    causes: Counter[str] = Counter()
+    for t in fleet.truth:
+        i = idx[(t.device, t.port)]
+        if not missed[i]:
+            continue
+        lead = ((t.failure_ts_ns or 0) - (t.onset_ts_ns or 0)) / DAY_NS
+        if t.mode == "sudden-death":
+            why = "sudden-death"
+        elif lead < 2:
+            why = f"{t.mode}: lead < 2 d"
+        elif (t.onset_ts_ns or 0) < start:
+            why = f"{t.mode}: onset before the first sample"
+        else:
+            why = f"{t.mode}: other"
+        causes[why] += 1
+    return dict(sorted(causes.items()))
+
+
+def _print_table(title: str, results: list[dict[str, Any]], key: str) -> dict[str, Any]:
     pooled = {}
-    print("\npooled over the fleets          F1 all   F1 no-SD  precision  recall  "
-          "FA/1k/day  median lead d")
+    print(f"\n{title}          F1 all   F1 no-SD  precision  recall  FA/1k/day  median lead d")
     for meth in METHODS:
-        a, e = _pool(results, meth, "_all"), _pool(results, meth, "_ex")
+        a, e = _pool(results, meth, "_all", key), _pool(results, meth, "_ex", key)
         pooled[meth] = {"all": a.to_json(), "no_sudden_death": e.to_json()}
         print(f"  {meth:28s} {a.f1:7.3f}  {e.f1:8.3f}  {e.precision:9.3f}  {e.recall:6.3f}  "
               f"{e.false_alarms_per_1000_per_day:9.2f}  {e.median_lead_days:8.2f}")
+    return pooled
+
+
+def run_accuracy(fleets: list[tuple[int, FleetConfig, str]], model: Model, every_h: int,
+                 analyse: bool = False) -> dict[str, Any]:
+    """Score the model and both baselines on ``fleets`` (daily protocol and every ``every_h``
+    hours), pooled and per fleet, with the calibration table."""
+    results = []
+    for seed, cfg, note in fleets:
+        res = accuracy_fleet(seed, cfg, model, every_h)
+        res["note"] = note
+        if analyse:
+            fl = generate_fleet(cfg, seed=seed)
+            res["model_false_flag_runs_by_cause"] = _false_flag_causes(fl, res)
+            res["model_misses_by_cause"] = _miss_causes(fl, res)
+            del fl
+        res.pop("_debug")
+        results.append(res)
+        print(f"fleet seed {seed} ({note}): {res['rows']:,} rows, {res['eval_times']} days, "
+              f"generate {res['generate_s']} s, evaluate {res['evaluate_s']} s", flush=True)
+        for key, label in (("methods", "daily"), ("methods_every_h", f"every {every_h} h")):
+            if key not in res:
+                continue
+            for meth in METHODS:
+                a, e = res[key][meth]["_all"], res[key][meth]["_ex"]
+                print(f"  [{label:>10s}] {meth:14s} F1 {a.f1:.3f} (no sudden {e.f1:.3f})  "
+                      f"P {e.precision:.3f} R {e.recall:.3f}  FA/1k/day "
+                      f"{e.false_alarms_per_1000_per_day:.2f}  lead {e.median_lead_days:.2f} d",
+                      flush=True)
+        print(f"  model recall by mode: {res['model_recall_by_mode']}")
+        if analyse:
+            print(f"  model false-flag runs by cause: {res['model_false_flag_runs_by_cause']}")
+            print(f"  model misses by cause: {res['model_misses_by_cause']}")
+    pooled = _print_table("pooled, daily at 00:00  ", results, "methods")
+    pooled_fast = (_print_table(f"pooled, every {every_h} h     ", results, "methods_every_h")
+                   if every_h < 24 else None)
     calib = _calibration_table(results)
     print("\ncalibration (daily examples, label: fails within 7 days):")
     for row in calib:
@@ -227,10 +382,12 @@ def run_accuracy(quick: bool) -> dict[str, Any]:
               f"{row['mean_risk']:.4f}  observed {row['observed_rate']:.4f}")
     for res in results:
         res.pop("_calib")
-        for meth in METHODS:
-            res["methods"][meth].pop("_all")
-            res["methods"][meth].pop("_ex")
-    return {"fleets": results, "pooled": pooled, "calibration": calib, "anchors": ANCHORS,
+        for key in ("methods", "methods_every_h"):
+            for meth in res.get(key, {}):
+                res[key][meth].pop("_all")
+                res[key][meth].pop("_ex")
+    return {"fleets": results, "pooled": pooled, "pooled_every_h": pooled_fast,
+            "every_h": every_h, "calibration": calib, "anchors": ANCHORS,
             "model": {"threshold": model.threshold, "features": len(model.feature_names),
                       "trained_on_seeds": [f["seed"] for f in
                                            model.metadata.get("fleets", [])]}}
@@ -311,6 +468,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--speed-dir", help="a folder where write_fleet already wrote the speed "
                     "fleet (seed 300, same settings); deleted afterwards")
     ap.add_argument("--speed-child", help=argparse.SUPPRESS)
+    ap.add_argument("--fleets", default="eval,fresh",
+                    help="comma-separated fleet sets: eval (seeds 200-202), fresh (300-302), "
+                         "dev (105-110: error analysis, never the final measurement)")
+    ap.add_argument("--every-h", type=int, default=6, choices=(1, 2, 3, 4, 6, 8, 12, 24),
+                    help="also flag every N hours (24: the daily protocol only)")
+    ap.add_argument("--model", help="a model file instead of the shipped one")
+    ap.add_argument("--seeds", help="only these seeds of the chosen sets (comma-separated)")
     args = ap.parse_args(argv)
     if args.speed_child:
         print(json.dumps(speed_child(args.speed_child)))
@@ -321,7 +485,20 @@ def main(argv: list[str] | None = None) -> int:
                            "command": "python benchmarks/bench_optics.py "
                                       + " ".join(argv if argv is not None else sys.argv[1:])}
     if args.only in (None, "accuracy"):
-        out["accuracy"] = run_accuracy(args.quick)
+        model = Model.load(args.model) if args.model else default_model()
+        sets = {"eval": eval_fleets(args.quick), "fresh": fresh_fleets(), "dev": dev_fleets()}
+        for name in args.fleets.split(","):
+            if name not in sets:
+                print(f"bench_optics: --fleets: unknown set {name!r} (eval, fresh, dev)",
+                      file=sys.stderr)
+                return 2
+            print(f"\n=== fleets: {name} ===", flush=True)
+            key = "accuracy" if name == "eval" else f"accuracy_{name}"
+            chosen = sets[name] if not args.quick or name == "eval" else sets[name][:1]
+            if args.seeds:
+                want = {int(x) for x in args.seeds.split(",")}
+                chosen = [f for f in chosen if f[0] in want]
+            out[key] = run_accuracy(chosen, model, args.every_h, analyse=name == "dev")
     if args.only in (None, "speed") and not args.quick:
         out["speed"] = run_speed(args.speed_modules, args.speed_days, args.speed_dir)
     out["machine"]["load_avg_end"] = list(os.getloadavg())

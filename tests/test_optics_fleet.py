@@ -203,6 +203,15 @@ def test_written_files_match_memory_and_columns(tmp_path: Path) -> None:
     for c in THRESHOLD_COLUMNS:
         got = table.column(c).to_numpy()
         assert np.array_equal(got, mt.thresholds[c][h.module], equal_nan=True), c
+    # the per-module names keep their dictionaries: every row group's data pages are
+    # dictionary-encoded (a dictionary repeating entries made pyarrow fall back to plain)
+    names_at = {n: i for i, n in enumerate(pf.schema_arrow.names)}
+    for g in range(pf.metadata.num_row_groups):
+        rg = pf.metadata.row_group(g)
+        for c in ("device", "port", "vendor", "part_number", "media"):
+            col = rg.column(names_at[c])
+            assert "RLE_DICTIONARY" in col.encodings, (g, c, col.encodings)
+            assert col.data_page_offset > (col.dictionary_page_offset or 0), (g, c)
     # some modules report no thresholds (NaN: the catalog fills in), most do
     missing = np.isnan(mt.thresholds["rx_power_dbm_low_alarm"])
     assert 0 < missing.sum() < len(mt) // 2

@@ -278,3 +278,50 @@ def test_default_model_loads_and_predicts(fleet_b: Fleet) -> None:
             (x.device, x.port) not in fail]
     assert soon and np.mean(soon) > 5 * np.mean(rest)
     assert not math.isnan(float(np.mean(risks)))
+
+
+def test_eval_times_offset_and_bad_offset(fleet_b: Fleet) -> None:
+    daily = eval_times(fleet_b.history)
+    six = eval_times(fleet_b.history, every_ns=12 * HOUR_NS, offset_ns=6 * HOUR_NS)
+    assert all(t % (12 * HOUR_NS) == 6 * HOUR_NS for t in six)
+    assert six[0] >= int(fleet_b.history.ts.min()) + 3 * DAY_NS
+    assert six[0] - (int(fleet_b.history.ts.min()) + 3 * DAY_NS) < 12 * HOUR_NS
+    assert set(daily) <= set(eval_times(fleet_b.history, every_ns=6 * HOUR_NS))
+    for bad in (-HOUR_NS, 12 * HOUR_NS, 30 * 60 * 10**9):
+        with pytest.raises(ConfigError, match="eval_offset_ns"):
+            eval_times(fleet_b.history, every_ns=12 * HOUR_NS, offset_ns=bad)
+
+
+def test_train_by_fleet_calibrates_on_the_calibration_fleet(fleet_a: Fleet, fleet_b: Fleet
+                                                             ) -> None:
+    fleet_c = generate_fleet(FleetConfig(modules=300, days=14, sample_s=1800,
+                                         fail_fraction=0.15), seed=13)
+    ex = [training_examples(f.history, _labels(f), peers=f.peers)
+          for f in (fleet_a, fleet_b, fleet_c)]
+    m = train([ex[0]], validation=[ex[1]], calibration=[ex[2]], seed=0)
+    assert m.metadata["split"] == "by fleet"
+    # the isotonic map is fit on the calibration fleet: its mean risk matches its base rate
+    # (isotonic regression preserves the mean of the labels it is fit on)
+    r = m.risk(ex[2].X)
+    assert abs(float(r.mean()) - float(ex[2].y.mean())) < 1e-6
+    assert 0.0 < m.threshold <= 1.0
+    with pytest.raises(ConfigError, match="validation"):
+        train([ex[0]], calibration=[ex[2]])
+
+
+def test_model_inputs_new_columns(fleet_a: Fleet) -> None:
+    at = int(fleet_a.history.ts.max()) // DAY_NS * DAY_NS
+    gr = grade_fleet(fleet_a.history, at_ns=at, peers=fleet_a.peers)
+    mf, cols = model_inputs(gr.features, gr, fleet_a.peers)
+    n = mf.module.shape[0]
+    for c in ("eta.alarm_days.3d", "eta.alarm_days.1d", "link.dir_asym_change_db",
+              "peer.link.dir_asym_change_db", "peer.tx_power_dbm.margin.low_alarm.min",
+              "device_diff.temperature_c.level.1d.max"):
+        assert cols[c].shape == (n,), c
+    # with the cabling, the far end's columns are there for most modules
+    a, p = cols["link.dir_asym_change_db"], cols["peer.link.dir_asym_change_db"]
+    ok = np.isfinite(a) & np.isfinite(p)
+    assert ok.mean() > 0.5
+    # each module's median-relative temperature: about half of a switch above its median
+    d = cols["device_diff.temperature_c.level.1d.max"]
+    assert 0.3 < float((d[np.isfinite(d)] > 0).mean()) < 0.7

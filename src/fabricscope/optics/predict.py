@@ -90,7 +90,10 @@ _EXCLUDED_PREFIXES = ("data.span_hours",)
 _PEER_COLUMNS = ("rx_power_dbm.margin.low_alarm.min", "rx_power_dbm.margin.low_warn.min",
                  "rx_power_dbm.slope.3d.min", "rx_power_dbm.lane_dev_change.min",
                  "ber.fec_margin_dec.min", "ber.slope.3d.max", "link.loss_in_change_db.max",
-                 "grade.score")
+                 "grade.score", "tx_power_dbm.margin.low_alarm.min",
+                 "tx_bias_ma.margin.high_alarm.max", "bias.drift_rel.3d.max")
+#: module columns compared with the median of the modules on the same switch
+_DEVICE_COLUMNS = ("temperature_c.margin.high_alarm.min", "temperature_c.level.1d.max")
 _PART_CLASSES: tuple[str, ...] = (*(pc.name for pc in PART_CLASSES), GENERIC.name)
 _REPLACE_ACTION = "replace the module at the next maintenance window"
 _WATCH = "no action now: watch the trend"
@@ -133,6 +136,34 @@ def model_inputs(features: LaneFeatures, grades: FleetGrades | None = None,
                     for i in idx.tolist()], dtype=np.float64)
     cols["module.part_class"] = cls
     cols["module.lanes"] = mf.lanes.astype(np.float64)
+    if len(features):
+        # time to the alarm crossing from the 3-day and the 1-day trend (soonest lane), so
+        # that the model can tell "fails within the horizon" from "degrading, fails later"
+        for w in (3 * DAY_NS, DAY_NS):
+            cols[f"eta.alarm_days.{window_label(w)}"] = _eta(features, window_ns=w)[idx]
+    nan = np.full(idx.size, np.nan)
+    # this module against its switch: a failing airflow warms every module of a switch, the
+    # module that fails is the one running hotter than its neighbours
+    dev = np.array([mods.device[i] for i in idx.tolist()], dtype=object)
+    if idx.size:
+        _, dcode = np.unique(dev, return_inverse=True)
+        order = np.argsort(dcode, kind="stable")
+        cuts = np.flatnonzero(np.diff(dcode[order])) + 1
+        for c in _DEVICE_COLUMNS:
+            own = cols.get(c)
+            if own is None:
+                continue
+            med = np.full(idx.size, np.nan)
+            for grp in np.split(order, cuts):
+                v = own[grp]
+                fin = v[np.isfinite(v)]
+                if fin.size:
+                    med[grp] = np.median(fin)
+            cols[f"device_diff.{c}"] = own - med
+    lin = cols.get("link.loss_in_change_db.max", nan)
+    lout = cols.get("link.loss_out_change_db.max", nan)
+    # which direction of the link lost more (this end's receive side minus its transmit side)
+    cols["link.dir_asym_change_db"] = lin - lout
     row = np.full(len(mods), -1, dtype=np.int64)
     row[idx] = np.arange(idx.size)
     prow = np.full(idx.size, -1, dtype=np.int64)
@@ -142,7 +173,8 @@ def model_inputs(features: LaneFeatures, grades: FleetGrades | None = None,
             j = index.get(peers.get(mods.key(i), ""), -1)
             prow[k] = row[j] if j >= 0 else -1
     ok = prow >= 0
-    for c in _PEER_COLUMNS:
+    peer_cols = (*_PEER_COLUMNS, "link.dir_asym_change_db", "eta.alarm_days.3d")
+    for c in peer_cols:
         own = cols.get(c)
         pv = np.full(idx.size, np.nan)
         if own is not None:
@@ -182,17 +214,22 @@ def failure_times(modules: Any, labels: Labels) -> tuple[I64, list[str]]:
 
 
 def eval_times(history: FleetHistory, *, every_ns: int = DAY_NS,
-               min_history_ns: int = 3 * DAY_NS, end_ns: int | None = None) -> list[int]:
-    """Evaluation times: multiples of ``every_ns`` (00:00 UTC daily) from the first sample +
-    ``min_history_ns`` to ``end_ns`` (default: the last sample)."""
+               min_history_ns: int = 3 * DAY_NS, end_ns: int | None = None,
+               offset_ns: int = 0) -> list[int]:
+    """Evaluation times: multiples of ``every_ns`` (00:00 UTC daily) plus ``offset_ns`` (whole
+    hours, below ``every_ns``) from the first sample + ``min_history_ns`` to ``end_ns``
+    (default: the last sample)."""
     if every_ns <= 0 or every_ns % HOUR_NS:
         raise ConfigError(f"optics predict: eval_every_ns: must be whole hours > 0, "
                           f"got {every_ns}")
+    if not 0 <= offset_ns < every_ns or offset_ns % HOUR_NS:
+        raise ConfigError(f"optics predict: eval_offset_ns: must be whole hours below "
+                          f"eval_every_ns, got {offset_ns}")
     if len(history) == 0:
         return []
-    first = int(history.ts.min()) + int(min_history_ns)
+    first = int(history.ts.min()) + int(min_history_ns) - offset_ns
     last = int(history.ts.max()) if end_ns is None else int(end_ns)
-    t = -(-first // every_ns) * every_ns
+    t = -(-first // every_ns) * every_ns + offset_ns
     return list(range(t, last + 1, every_ns))
 
 
@@ -221,6 +258,7 @@ def training_examples(
     min_history_ns: int = 3 * DAY_NS,
     peers: Mapping[str, str] | None = None,
     label_end_ns: int | None = None,
+    eval_offset_ns: int = 0,
 ) -> Examples:
     """Module-level features at each evaluation time with the label "fails in (t, t + horizon]".
 
@@ -234,7 +272,7 @@ def training_examples(
     end = int(history.ts.max()) if label_end_ns is None and len(history) else label_end_ns
     fail, _ = failure_times(history.modules, labels)
     times = [t for t in eval_times(history, every_ns=eval_every_ns,
-                                   min_history_ns=min_history_ns)
+                                   min_history_ns=min_history_ns, offset_ns=eval_offset_ns)
              if end is not None and t + horizon_ns <= end]
     xs, ys, gs, tt, ff = [], [], [], [], []
     names: tuple[str, ...] = ()
@@ -533,6 +571,8 @@ def train(
     horizon_ns: int = DEFAULT_HORIZON_NS,
     blocks: tuple[float, float] = (0.6, 0.2),
     metadata: Mapping[str, Any] | None = None,
+    validation: Sequence[Examples] = (),
+    calibration: Sequence[Examples] = (),
 ) -> Model:
     """Train, calibrate and threshold a :class:`Model` on examples of one or more fleets.
 
@@ -542,15 +582,42 @@ def train(
     is fit on the train block with early stopping on the second, then refit on both with that
     many rounds; isotonic regression on the calibration block maps its score to a probability,
     and the threshold maximizes the episode F1 there. ``params`` override LightGBM's.
+
+    With ``validation`` and ``calibration`` fleets (whole fleets, all their times), the split is
+    by fleet instead: every row of ``examples`` trains, ``validation`` stops the boosting early
+    (no refit), ``calibration`` fits the isotonic map on all its rows and chooses the
+    threshold on its rows at 00:00 UTC (the daily protocol the benchmark scores first). Fleets unlike
+    the training ones then set the threshold, as the fleets a model is deployed on will be.
     """
     if not examples:
         raise ConfigError("optics train: no examples")
     names = examples[0].names
-    for ex in examples[1:]:
+    for ex in (*examples[1:], *validation, *calibration):
         if ex.names != names:
             raise ConfigError("optics train: examples of different fleets have different "
                               "feature columns")
+    if calibration:
+        if not validation:
+            raise ConfigError("optics train: calibration fleets need validation fleets too")
+        allx = [*examples, *validation, *calibration]
+        split = ([np.zeros(ex.y.shape[0], dtype=np.int8) for ex in examples]
+                 + [np.ones(ex.y.shape[0], dtype=np.int8) for ex in validation]
+                 + [np.full(ex.y.shape[0], 2, dtype=np.int8) for ex in calibration])
+        return _train_blocks(allx, split, seed=seed, params=params, horizon_ns=horizon_ns,
+                             metadata={**(metadata or {}), "split": "by fleet",
+                                       "threshold_times": "00:00 UTC of the calibration fleets"},
+                             refit=False, blocks=None, threshold_every_ns=DAY_NS)
     split = [_split_blocks(ex.times, blocks) for ex in examples]
+    return _train_blocks(list(examples), split, seed=seed, params=params,
+                         horizon_ns=horizon_ns, metadata=metadata, refit=True, blocks=blocks)
+
+
+def _train_blocks(examples: Sequence[Examples], split: Sequence[npt.NDArray[np.int8]], *,
+                  seed: int, params: Mapping[str, Any] | None, horizon_ns: int,
+                  metadata: Mapping[str, Any] | None, refit: bool,
+                  blocks: tuple[float, float] | None, threshold_every_ns: int = 1) -> Model:
+    """:func:`train` on rows already assigned to blocks 0 (train), 1 (stop), 2 (calibrate)."""
+    names = examples[0].names
     X = np.concatenate([ex.X for ex in examples])
     y = np.concatenate([ex.y for ex in examples]).astype(np.float64)
     blk = np.concatenate(split)
@@ -574,13 +641,18 @@ def train(
     bst = lgb.train(p, dtr, num_boost_round=_MAX_ROUNDS, valid_sets=[dva],
                     callbacks=[lgb.early_stopping(_EARLY_STOP, verbose=False)])
     rounds = max(1, int(bst.best_iteration or bst.current_iteration()))
-    p2 = dict(p)
-    pos2 = float(y[both].sum())
-    p2["scale_pos_weight"] = (float(both.size) - pos2) / max(pos2, 1.0)
-    final = lgb.train(p2, dall, num_boost_round=rounds)
-    text = final.model_to_string()
+    if refit:
+        p2 = dict(p)
+        pos2 = float(y[both].sum())
+        p2["scale_pos_weight"] = (float(both.size) - pos2) / max(pos2, 1.0)
+        final = lgb.train(p2, dall, num_boost_round=rounds)
+        text = final.model_to_string()
+    else:
+        final = bst
+        text = bst.model_to_string(num_iteration=rounds)
     cal = blk == 2
-    raw = np.asarray(final.predict(X[cal].astype(np.float64), num_threads=2), dtype=np.float64)
+    raw = np.asarray(final.predict(X[cal].astype(np.float64), num_threads=2,
+                                   num_iteration=rounds), dtype=np.float64)
     order = np.argsort(raw, kind="stable")
     iso = isotonic_regression(y[cal][order], increasing=True)
     fitted = np.asarray(iso.x)
@@ -595,14 +667,19 @@ def train(
     for ex, sp in zip(examples, split, strict=True):
         c = sp == 2
         k = int(c.sum())
-        per_block.append((ex.times[c], r_cal[off:off + k], ex.groups[c], ex.fail_ts[c]))
+        if k == 0:
+            continue
+        # the threshold is chosen on the times of the scoring protocol (daily at 00:00 UTC)
+        on = (ex.times[c] % threshold_every_ns) == 0
+        per_block.append((ex.times[c][on], r_cal[off:off + k][on], ex.groups[c][on],
+                          ex.fail_ts[c][on]))
         off += k
     thr, f1 = _choose_threshold(per_block, horizon_ns)
     meta = dict(metadata or {})
     meta.update({"rounds": rounds, "calibration_f1": round(f1, 4),
                  "examples": int(y.shape[0]), "positives": int(y.sum()),
                  "lightgbm": lgb.__version__, "seed": int(seed),
-                 "blocks": list(blocks), "params": {k: v for k, v in p.items()
+                 "blocks": list(blocks) if blocks else None, "params": {k: v for k, v in p.items()
                                                     if k != "scale_pos_weight"}})
     return Model(booster_text=text, feature_names=names, calibration_x=model0.calibration_x,
                  calibration_y=model0.calibration_y, threshold=thr, horizon_ns=horizon_ns,
@@ -686,8 +763,9 @@ class FleetPredictions:
         return {"summary": self.summary(), "modules": [m.to_json() for m in self.modules]}
 
 
-def _eta(f: LaneFeatures) -> F64:
-    """Days until the worst metric's 3-day trend reaches its alarm, per module (NaN: none).
+def _eta(f: LaneFeatures, *, window_ns: int = 3 * DAY_NS) -> F64:
+    """Days until the worst metric's trend (over ``window_ns``, default 3 days; the shortest
+    feature window at least that long) reaches its alarm, per module (NaN: none).
 
     Per lane and metric, the margin to the alarm on the side the trend heads to, over the
     slope, where the trend is significant (|t| >= 3): rx / tx power low, bias and temperature
@@ -695,7 +773,7 @@ def _eta(f: LaneFeatures) -> F64:
     """
     v = f.values
     n = len(f)
-    lab3 = next((window_label(w) for w in f.windows if w >= 3 * DAY_NS),
+    lab3 = next((window_label(w) for w in f.windows if w >= window_ns),
                 window_label(f.windows[-1]))
     best = np.full(n, np.inf)
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -1281,7 +1281,13 @@ def write_fleet(config: FleetConfig, out_dir: str | os.PathLike[str], *, seed: i
                 elif c == "lane":
                     cols.append(pa.array(r.lane))
                 elif c in names:
-                    cols.append(pa.DictionaryArray.from_arrays(local, pa.array(names[c][lo:hi])))
+                    # a dictionary of distinct values (a repeated entry makes pyarrow's writer
+                    # fall back to plain encoding); serials are distinct per module already
+                    uniq, inv = np.unique(np.asarray(names[c][lo:hi], dtype=object),
+                                          return_inverse=True)
+                    codes = pa.array(inv.astype(np.int32)[r.module - lo])
+                    cols.append(pa.DictionaryArray.from_arrays(
+                        codes, pa.array(uniq.tolist(), type=pa.string())))
                 elif c in THRESHOLD_COLUMNS:
                     cols.append(pa.DictionaryArray.from_arrays(
                         local, pa.array(pl.th_reported[c][lo:hi], type=pa.float64())))
