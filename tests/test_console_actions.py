@@ -50,6 +50,14 @@ def _cables(subject: str) -> str:
     return "|".join(sorted((a, b)))
 
 
+def _gray_link_at_120s(state: ConsoleState, sup: TwinSupervisor):  # type: ignore[no-untyped-def]
+    """The gray link injected at 30 s, its incident open at 120 s."""
+    sup.advance_to(30 * NS)
+    sup.inject(GRAY)
+    sup.advance_to(120 * NS)
+    return _gray_incident(state)
+
+
 def _gray_incident(state: ConsoleState):  # type: ignore[no-untyped-def]
     open_ = state.incidents(status="open")[1]
     hits = [i for i in open_ if any(rc.fault == "gray-link" for rc in i.root_causes)]
@@ -59,10 +67,7 @@ def _gray_incident(state: ConsoleState):  # type: ignore[no-untyped-def]
 
 def test_approved_cost_out_ends_the_gray_link_and_its_incident_closes(fabric) -> None:  # type: ignore[no-untyped-def]
     state, sup, ex = _console(fabric, "approve")
-    sup.advance_to(30 * NS)
-    sup.inject(GRAY)
-    sup.advance_to(120 * NS)
-    inc = _gray_incident(state)
+    inc = _gray_link_at_120s(state, sup)
     rc = next(rc for rc in inc.root_causes if rc.fault == "gray-link")
     assert rc.resource in (LINK, "leaf-p0-r1-00:eth3->host0002/nic1:p0"), rc.resource
     ack = state.approve(inc.id, rc.action, "operator")
@@ -82,10 +87,7 @@ def test_approved_cost_out_ends_the_gray_link_and_its_incident_closes(fabric) ->
 
 def test_undo_brings_the_link_back_with_its_unrepaired_fault(fabric) -> None:  # type: ignore[no-untyped-def]
     state, sup, _ = _console(fabric, "approve")
-    sup.advance_to(30 * NS)
-    sup.inject(GRAY)
-    sup.advance_to(120 * NS)
-    inc = _gray_incident(state)
+    inc = _gray_link_at_120s(state, sup)
     assert state.undo(inc.id, "operator") is None  # nothing executed yet
     rc = next(rc for rc in inc.root_causes if rc.fault == "gray-link")
     assert state.approve(inc.id, rc.action, "operator").executed  # type: ignore[union-attr]
@@ -104,10 +106,7 @@ def test_undo_brings_the_link_back_with_its_unrepaired_fault(fabric) -> None:  #
 
 def test_without_the_action_the_incident_stays_open(fabric) -> None:  # type: ignore[no-untyped-def]
     state, sup, ex = _console(fabric, "off")
-    sup.advance_to(30 * NS)
-    sup.inject(GRAY)
-    sup.advance_to(120 * NS)
-    inc = _gray_incident(state)
+    inc = _gray_link_at_120s(state, sup)
     rc = next(rc for rc in inc.root_causes if rc.fault == "gray-link")
     ack = state.approve(inc.id, rc.action, "operator")
     assert ack is not None and not ack.executed and "actions are off" in ack.result

@@ -53,13 +53,14 @@ def _stop(p: subprocess.Popen[str]) -> str:
         return p.communicate()[1] + "\n(killed: did not stop within 20 s)"
 
 
-def test_live_sources_become_incidents(tmp_path: Path) -> None:
-    gport = _free_port()
-    (tmp_path / "collector.yaml").write_text(f"""
+def _collector_yaml(gport: int, login: str = "") -> str:
+    """A collector config for the twin's four switches: counters sampled at 1 s, oper-status
+    on change, the error and flap detectors, a rolling DuckDB store."""
+    return f"""
 targets:
   twin:
     address: 127.0.0.1:{gport}
-    names: [leaf-000, leaf-001, spine-00, spine-01]
+    names: [leaf-000, leaf-001, spine-00, spine-01]{login}
 subscriptions:
   counters:
     paths: ["/interfaces/interface[name=*]/state/counters"]
@@ -72,7 +73,12 @@ subscriptions:
 detectors: {{error-increase: {{}}, link-flap: {{}}}}
 sinks:
   - {{type: duckdb, path: telemetry.duckdb, roll-interval: 1s}}
-""")
+"""
+
+
+def test_live_sources_become_incidents(tmp_path: Path) -> None:
+    gport = _free_port()
+    (tmp_path / "collector.yaml").write_text(_collector_yaml(gport))
     (tmp_path / "console.yaml").write_text(f"""
 inventory: {ROOT / 'examples' / 'fabric.yaml'}
 sources:
@@ -162,26 +168,8 @@ def test_approved_cost_out_is_a_gnmi_set_that_ends_the_gray_link(tmp_path: Path)
     new incident."""
     gport = _free_port()
     env = {"GNMI_PW": "s3cret-live-pw"}
-    (tmp_path / "collector.yaml").write_text(f"""
-targets:
-  twin:
-    address: 127.0.0.1:{gport}
-    names: [leaf-000, leaf-001, spine-00, spine-01]
-    username: ops
-    password-env: GNMI_PW
-subscriptions:
-  counters:
-    paths: ["/interfaces/interface[name=*]/state/counters"]
-    stream-mode: sample
-    sample-interval: 1s
-  status:
-    paths: ["/interfaces/interface[name=*]/state/oper-status"]
-    stream-mode: on-change
-    heartbeat-interval: 30s
-detectors: {{error-increase: {{}}, link-flap: {{}}}}
-sinks:
-  - {{type: duckdb, path: telemetry.duckdb, roll-interval: 1s}}
-""")
+    (tmp_path / "collector.yaml").write_text(_collector_yaml(
+        gport, "\n    username: ops\n    password-env: GNMI_PW"))
     (tmp_path / "console.yaml").write_text(f"""
 inventory: {ROOT / 'examples' / 'fabric.yaml'}
 sources:

@@ -19,7 +19,6 @@ identity its collector reads with. Every Set is logged (without the password) an
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import grpc
 from gnmi_pb import gnmi_pb2, gnmi_pb2_grpc
@@ -27,24 +26,14 @@ from gnmi_pb import gnmi_pb2, gnmi_pb2_grpc
 from fabricscope.diagnosis.actions import ActionResult
 from fabricscope.diagnosis.graph import ResourceMap
 from fabricscope.fabric.inventory import Fabric, port_device
-from fabricscope.model.errors import ConfigError
 from fabricscope.telemetry.codec import to_proto_path
-from fabricscope.telemetry.collector import auth_metadata
+from fabricscope.telemetry.collector import auth_metadata, tls_credentials
 from fabricscope.telemetry.config import CollectorConfig, TargetConfig
 from fabricscope.telemetry.paths import parse_path
 
 __all__ = ["GnmiExecutor"]
 
 log = logging.getLogger("fabricscope.actions.gnmi")
-
-
-def _read(path: str | None, what: str) -> bytes | None:
-    if path is None:
-        return None
-    try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{what}: cannot read {path!r}: {exc.strerror}") from exc
 
 
 class GnmiExecutor:
@@ -146,12 +135,7 @@ class GnmiExecutor:
         return ""
 
     def _channel(self, t: TargetConfig) -> grpc.Channel:
-        if t.tls is None:
+        tls = tls_credentials(t)
+        if tls is None:
             return grpc.insecure_channel(t.address)
-        creds = grpc.ssl_channel_credentials(
-            root_certificates=_read(t.tls.ca_file, f"targets.{t.name}.tls.ca-file"),
-            private_key=_read(t.tls.key_file, f"targets.{t.name}.tls.key-file"),
-            certificate_chain=_read(t.tls.cert_file, f"targets.{t.name}.tls.cert-file"))
-        opts = ([("grpc.ssl_target_name_override", t.tls.server_name)]
-                if t.tls.server_name else [])
-        return grpc.secure_channel(t.address, creds, options=opts)
+        return grpc.secure_channel(t.address, tls[0], options=tls[1])

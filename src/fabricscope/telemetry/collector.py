@@ -157,6 +157,21 @@ def _read(path: str | None, what: str) -> bytes | None:
         raise ConfigError(f"{what}: cannot read {path!r}: {exc.strerror}") from exc
 
 
+def tls_credentials(t: TargetConfig) -> tuple[grpc.ChannelCredentials, list[tuple[str, str | int]]] | None:
+    """gRPC channel credentials and options for ``t``'s TLS (None: plaintext); a file that
+    cannot be read is a ConfigError naming its config field."""
+    if t.tls is None:
+        return None
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=_read(t.tls.ca_file, f"targets.{t.name}.tls.ca-file"),
+        private_key=_read(t.tls.key_file, f"targets.{t.name}.tls.key-file"),
+        certificate_chain=_read(t.tls.cert_file, f"targets.{t.name}.tls.cert-file"),
+    )
+    opts: list[tuple[str, str | int]] = (
+        [("grpc.ssl_target_name_override", t.tls.server_name)] if t.tls.server_name else [])
+    return creds, opts
+
+
 def auth_metadata(cfg: CollectorConfig, t: TargetConfig) -> tuple[tuple[str, str], ...]:
     """gNMI ``username``/``password`` metadata for ``t`` (password from the config or its env variable)."""
     if t.username is None:
@@ -414,16 +429,10 @@ class Collector:
             ka = self.cfg.keepalive_ns // 1_000_000
             opts += [("grpc.keepalive_time_ms", ka), ("grpc.keepalive_timeout_ms", max(1000, min(20_000, ka // 2))),
                      ("grpc.http2.max_pings_without_data", 0)]
-        if t.tls is None:
+        tls = tls_credentials(t)
+        if tls is None:
             return grpc.aio.insecure_channel(t.address, options=opts)
-        creds = grpc.ssl_channel_credentials(
-            root_certificates=_read(t.tls.ca_file, f"targets.{t.name}.tls.ca-file"),
-            private_key=_read(t.tls.key_file, f"targets.{t.name}.tls.key-file"),
-            certificate_chain=_read(t.tls.cert_file, f"targets.{t.name}.tls.cert-file"),
-        )
-        if t.tls.server_name:
-            opts.append(("grpc.ssl_target_name_override", t.tls.server_name))
-        return grpc.aio.secure_channel(t.address, creds, options=opts)
+        return grpc.aio.secure_channel(t.address, tls[0], options=opts + tls[1])
 
     def _request(self, name: str, s: SubscriptionConfig) -> gnmi_pb2.SubscribeRequest:
         prefix = to_proto_path(parse_path(s.prefix) if s.prefix else parse_path("/"), target=name)
