@@ -16,8 +16,9 @@ Host versus network follows Pingmesh / R-Pingmesh practice:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -160,6 +161,44 @@ def flow_stats(obs: Observations, *, medians: bool = True) -> FlowStats:
                      _group_median(obs.flow[ok], proc, n))
 
 
+@dataclass(frozen=True, slots=True)
+class WindowTotals:
+    """One window of probes reduced to what loss localization and the responder check read,
+    with no per-probe rows: per-flow :class:`FlowStats` (RTT / processing medians NaN), the
+    send-time span, the probe count and the median responder time over answered probes
+    (NaN when none was answered). A store builds it by one GROUP BY
+    (``ProbeStore.window_totals``), so a window of millions of probes never becomes Python
+    or numpy rows; :meth:`of` computes the same from columns.
+    """
+
+    flows: Sequence[FlowKey]
+    stats: FlowStats
+    window: tuple[int, int]
+    n_probes: int
+    proc_median: float
+
+    @classmethod
+    def of(cls, obs: Observations) -> WindowTotals:
+        ok = obs.t_recv_ns != LOST
+        proc = (obs.t_resp_tx_ns[ok] - obs.t_resp_rx_ns[ok]).astype(np.float64)
+        span = (int(obs.t_send_ns.min()), int(obs.t_send_ns.max())) if len(obs) else (0, 0)
+        return cls(obs.flows, flow_stats(obs, medians=False), span, len(obs),
+                   float(np.median(proc)) if proc.size else float("nan"))
+
+
+class ResponderTimes(Protocol):
+    """Responder processing times of a window's answered probes, by responder NIC, read on
+    demand (what :func:`host_findings_of` needs when the probes are not in memory)."""
+
+    def above(self, threshold_ns: float) -> tuple[Sequence[str], I64, I64]:
+        """(responder NIC ids, answered probes, answered probes whose time > threshold)."""
+        ...
+
+    def times(self, nics: Sequence[str]) -> F64:
+        """Every answered probe's responder time at any of ``nics``."""
+        ...
+
+
 @dataclass
 class Baseline:
     """What normal looks like, learned from fault-free (or mostly fault-free) windows.
@@ -179,6 +218,30 @@ class Baseline:
               track_rtt: bool = True) -> None:
         st = flow_stats(obs, medians=track_rtt)
         a = 1.0 if self.windows == 0 else alpha
+        self._learn_loss(st, hops, a)
+        ok = obs.t_recv_ns != LOST
+        proc = (obs.t_resp_tx_ns[ok] - obs.t_resp_rx_ns[ok]).astype(np.float64)
+        self._learn_proc(float(np.median(proc)) if proc.size else float("nan"), a)
+        if track_rtt:
+            for j in np.flatnonzero(np.isfinite(st.rtt_ns)):
+                key = obs.flows[int(j)]
+                old = self.rtt_ns.get(key)
+                self.rtt_ns[key] = float(st.rtt_ns[j]) if old is None else (1 - a) * old + a * float(st.rtt_ns[j])
+        self.windows += 1
+
+    def learn_totals(self, totals: WindowTotals, *, hops: F64 | None = None,
+                     alpha: float = 0.3) -> None:
+        """:meth:`learn` from a window's totals (no per-flow RTT baselines)."""
+        a = 1.0 if self.windows == 0 else alpha
+        self._learn_loss(totals.stats, hops, a)
+        self._learn_proc(totals.proc_median, a)
+        self.windows += 1
+
+    def _learn_proc(self, median_ns: float, a: float) -> None:
+        med = median_ns if np.isfinite(median_ns) else self.proc_ns
+        self.proc_ns = (1 - a) * self.proc_ns + a * med
+
+    def _learn_loss(self, st: FlowStats, hops: F64 | None, a: float) -> None:
         good = st.sent > 0
         if good.any():
             h = hops[good] if hops is not None else np.full(int(good.sum()), 8.0)
@@ -193,16 +256,6 @@ class Baseline:
             keep = lost <= mu + 5.0 * np.sqrt(mu) + 3.0
             robust = float(lost[keep].sum() / max(1.0, float(sent[keep].sum())))
             self.loss_per_hop = max(1e-7, (1 - a) * self.loss_per_hop + a * robust)
-        ok = obs.t_recv_ns != LOST
-        proc = (obs.t_resp_tx_ns[ok] - obs.t_resp_rx_ns[ok]).astype(np.float64)
-        med = float(np.median(proc)) if proc.size else self.proc_ns
-        self.proc_ns = (1 - a) * self.proc_ns + a * med
-        if track_rtt:
-            for j in np.flatnonzero(np.isfinite(st.rtt_ns)):
-                key = obs.flows[int(j)]
-                old = self.rtt_ns.get(key)
-                self.rtt_ns[key] = float(st.rtt_ns[j]) if old is None else (1 - a) * old + a * float(st.rtt_ns[j])
-        self.windows += 1
 
 
 def _host_of_flows(fabric: Fabric, flows: Sequence[FlowKey]) -> I64:
@@ -236,7 +289,7 @@ def host_findings(
     baseline + min_extra_ns) over at least ``min_samples`` answered probes.
 
     Grouped per host (a starved CPU slows every NIC's responder on it). The score is
-    one minus the Bonferroni-corrected sign-test p-value (see the code).
+    one minus the Bonferroni-corrected sign-test p-value (see :func:`_host_verdicts`).
     """
     ok = obs.t_recv_ns != LOST
     if not ok.any():
@@ -246,19 +299,63 @@ def host_findings(
     known = host >= 0
     host, proc = host[known], proc[known]
     n_hosts = len(fabric.hosts)
-    thr = max(factor * baseline.proc_ns, baseline.proc_ns + min_extra_ns)
+    thr = _starved_threshold(baseline, factor, min_extra_ns)
     cnt = np.bincount(host, minlength=n_hosts)
     above = np.bincount(host, weights=(proc > thr).astype(np.float64), minlength=n_hosts)
-    # The median exceeds thr exactly when more than half of the answers do: no sort needed.
+    window = (int(obs.t_send_ns.min()), int(obs.t_send_ns.max()))
+    return _host_verdicts(fabric, cnt, above, lambda i: float(np.median(proc[host == i])),
+                          baseline, window, min_samples=min_samples, q0=q0)
+
+
+def host_findings_of(
+    fabric: Fabric,
+    responders: ResponderTimes,
+    baseline: Baseline,
+    window: tuple[int, int],
+    *,
+    factor: float = 5.0,
+    min_extra_ns: float = 100_000.0,
+    min_samples: int = 10,
+    q0: float = 0.05,
+) -> list[Finding]:
+    """:func:`host_findings` from responder times read on demand: counts per responder NIC
+    at the threshold, then the times of the candidate hosts' NICs only."""
+    thr = _starved_threshold(baseline, factor, min_extra_ns)
+    nics, n_ans, n_above = responders.above(thr)
+    host_pos = {h.id: i for i, h in enumerate(fabric.hosts)}
+    devs = fabric.devices
+    hidx = np.array([host_pos.get((devs[n].host or "") if n in devs else "", -1) for n in nics],
+                    dtype=np.int64)
+    known = hidx >= 0
+    n_hosts = len(fabric.hosts)
+    cnt = np.bincount(hidx[known], weights=np.asarray(n_ans, dtype=np.float64)[known],
+                      minlength=n_hosts).astype(np.int64)
+    above = np.bincount(hidx[known], weights=np.asarray(n_above, dtype=np.float64)[known],
+                        minlength=n_hosts)
+    nics_of: dict[int, list[str]] = {}
+    for n, h in zip(nics, hidx.tolist(), strict=True):
+        if h >= 0:
+            nics_of.setdefault(h, []).append(n)
+    return _host_verdicts(fabric, cnt, above,
+                          lambda i: float(np.median(responders.times(nics_of[i]))),
+                          baseline, window, min_samples=min_samples, q0=q0)
+
+
+def _starved_threshold(baseline: Baseline, factor: float, min_extra_ns: float) -> float:
+    return max(factor * baseline.proc_ns, baseline.proc_ns + min_extra_ns)
+
+
+def _host_verdicts(fabric: Fabric, cnt: npt.NDArray[Any], above: npt.NDArray[Any], median_of: Callable[[int], float],
+                   baseline: Baseline, window: tuple[int, int], *, min_samples: int,
+                   q0: float) -> list[Finding]:
+    """The starved hosts among per-host counts: more than half of at least ``min_samples``
+    answers above the threshold (so the median is above it, no sort needed)."""
     cand = np.flatnonzero((above * 2 > cnt) & (cnt >= min_samples))
-    med = np.full(n_hosts, np.nan)
-    for i in cand:
-        med[i] = float(np.median(proc[host == i]))
-    hosts = np.arange(n_hosts)
-    t0, t1 = int(obs.t_send_ns.min()), int(obs.t_send_ns.max())
+    t0, t1 = window
     out: list[Finding] = []
     n_seen = int(np.count_nonzero(cnt))
     for i in cand:
+        med = median_of(int(i))
         # Sign test: on a healthy responder fewer than ``q0`` of answers exceed the threshold
         # (it is many times the typical time), so k of n above it has binomial tail
         # P(X >= k); Bonferroni over the hosts seen.
@@ -266,14 +363,14 @@ def host_findings(
         score = max(0.0, 1.0 - n_seen * p_value)
         out.append(Finding(
             kind="cpu-starved",
-            subject=fabric.hosts[int(hosts[i])].id,
+            subject=fabric.hosts[int(i)].id,
             score=round(score, 6),
             window=(t0, t1),
-            evidence=(f"{int(cnt[i])} replies, median responder time {med[i] / 1e3:.0f} us "
+            evidence=(f"{int(cnt[i])} replies, median responder time {med / 1e3:.0f} us "
                       f"vs baseline {baseline.proc_ns / 1e3:.0f} us",),
             action="check the host's CPU load / IRQ affinity of the probe responder; not a network fault",
-            details={"added_delay_ns": float(med[i] - baseline.proc_ns), "samples": int(cnt[i]),
-                     "strength": float(cnt[i]) * float(np.log(med[i] / baseline.proc_ns))},
+            details={"added_delay_ns": float(med - baseline.proc_ns), "samples": int(cnt[i]),
+                     "strength": float(cnt[i]) * float(np.log(med / baseline.proc_ns))},
         ))
     return out
 
@@ -371,24 +468,63 @@ def analyze(
         return []
     window = (int(obs.t_send_ns.min()), int(obs.t_send_ns.max()))
     hosts = host_findings(fabric, obs, baseline)
-    st = flow_stats(obs, medians=False)
+
+    def slow(bad: npt.NDArray[np.bool_] | None) -> list[Finding]:
+        return delay_findings(fabric, model, obs, baseline, exclude=bad) \
+            if baseline.rtt_ns and method == "map" else []
+
+    return _network_findings(fabric, model, obs.flows, flow_stats(obs, medians=False), window,
+                             hosts, slow, loss_per_hop=baseline.loss_per_hop, method=method,
+                             alpha=alpha, min_loss=min_loss)
+
+
+def analyze_totals(
+    fabric: Fabric,
+    model: PathModel,
+    totals: WindowTotals,
+    responders: ResponderTimes,
+    baseline: Baseline,
+    *,
+    method: str = "map",
+    alpha: float = 1e-4,
+    min_loss: float = 1e-3,
+) -> list[Finding]:
+    """:func:`analyze` of a window given as totals (a store's GROUP BY) and responder times
+    read on demand: the same findings as :func:`analyze` on the window's probes when the
+    baseline has no per-flow RTTs (stored probes: no delay localization)."""
+    if totals.n_probes == 0:
+        return []
+    hosts = host_findings_of(fabric, responders, baseline, totals.window)
+    return _network_findings(fabric, model, totals.flows, totals.stats, totals.window, hosts,
+                             lambda _bad: [], loss_per_hop=baseline.loss_per_hop,
+                             method=method, alpha=alpha, min_loss=min_loss)
+
+
+def _network_findings(
+    fabric: Fabric, model: PathModel, flows: Sequence[FlowKey], st: FlowStats,
+    window: tuple[int, int], hosts: list[Finding],
+    slow: Callable[[npt.NDArray[np.bool_] | None], list[Finding]], *,
+    loss_per_hop: float, method: str, alpha: float, min_loss: float,
+) -> list[Finding]:
+    """Lossy links / switches / NICs of a window's per-flow counts, the flows answered by
+    the starved ``hosts`` left out; ``slow`` adds the delay findings (given those flows)."""
     sent, lost, lreq, lunk = st.sent, st.lost, st.lost_req, st.lost_unknown
+    bad = None
     if hosts:
         pos = {h.id: i for i, h in enumerate(fabric.hosts)}
         starved = np.array([pos[h.subject] for h in hosts], dtype=np.int64)
-        bad = np.isin(_host_of_flows(fabric, obs.flows), starved)
+        bad = np.isin(_host_of_flows(fabric, flows), starved)
         sent, lost, lreq, lunk = (np.where(bad, 0, a) for a in (sent, lost, lreq, lunk))
-    counts = LossCounts(obs.flows, sent, lost, lreq, lunk, window)
-    slow = delay_findings(fabric, model, obs, baseline, exclude=bad if hosts else None) \
-        if baseline.rtt_ns and method == "map" else []
+    counts = LossCounts(flows, sent, lost, lreq, lunk, window)
+    delayed = slow(bad)
     if method == "007":
         est = vote_007(model, counts)
     elif method == "map":
-        est = localize_map(model, counts, loss_per_hop=baseline.loss_per_hop, alpha=alpha,
+        est = localize_map(model, counts, loss_per_hop=loss_per_hop, alpha=alpha,
                            min_loss=min_loss)
     else:
         raise ConfigError(f"probe analyze: --method must be 'map' or '007', got {method!r}")
-    out = hosts + estimates_to_findings(est, window, method=method, fabric=fabric) + slow
+    out = hosts + estimates_to_findings(est, window, method=method, fabric=fabric) + delayed
     out.sort(key=lambda f: -float(f.details.get("strength", 0.0)))
     return out
 

@@ -33,7 +33,7 @@ from scipy.sparse import csr_matrix, diags, vstack
 from scipy.stats import chi2
 
 from fabricscope.fabric.inventory import Fabric, port_device
-from fabricscope.fabric.routing import PathTable
+from fabricscope.fabric.routing import PathTable, SprayTable
 from fabricscope.model.errors import ConfigError
 from fabricscope.model.records import Finding, FiveTuple
 
@@ -57,7 +57,14 @@ class PathModel:
     (a NIC or a switch). A packet traverses a switch when it enters it and a NIC when it
     leaves or enters it. Flows are added one by one through ``resolver`` (live mode: paths
     from traceroute, or candidate sets) or in bulk with :meth:`bind` (twin mode: paths of a
-    million flows from ``Routing.route_many``).
+    million flows from ``Routing.route_many``) or :meth:`bind_candidates` (no paths).
+
+    Rows are stored as *patterns*: :attr:`patterns` is ``(P, pat_req, pat_rep)``, the distinct
+    incidence rows ``P`` and, per flow, the row of ``P`` its request and its reply take. Flows
+    with traced paths each have their own patterns; untraced flows of one NIC pair share one
+    (the candidate split depends only on the pair), so a mesh of ~586k flows over ~68k pairs
+    is solved on ~135k rows instead of ~1.2 M (docs/benchmarks/diagnosis-advisor.md).
+    :attr:`matrices` materializes the per-flow rows for callers that want them.
     """
 
     def __init__(self, fabric: Fabric, resolver: PathResolver | None = None) -> None:
@@ -68,8 +75,10 @@ class PathModel:
         self.n_components = ix.n_edges + ix.n_nodes
         self._row: dict[FlowKey, int] = {}
         self._n = 0
-        self._blocks: list[tuple[csr_matrix, csr_matrix]] = []
+        # (patterns, request pattern per row, reply pattern per row), indices local to a block
+        self._blocks: list[tuple[csr_matrix, I64, I64]] = []
         self._pending: list[tuple[dict[int, float], dict[int, float]]] = []
+        self._pat: tuple[csr_matrix, I64, I64] | None = None
         self._matrix: tuple[csr_matrix, csr_matrix] | None = None
         self._bound: dict[int, tuple[Sequence[FlowKey], int]] = {}
         self._fractional = False  # set when a candidate-set (non-integer) row is added
@@ -106,8 +115,18 @@ class PathModel:
         self._n += 1
         self._row[key] = j
         self._pending.append((ws[0], ws[1]))
-        self._matrix = None
+        self._invalidate()
         return j
+
+    def _invalidate(self) -> None:
+        self._pat = None
+        self._matrix = None
+
+    def _add_block(self, mats: Sequence[csr_matrix]) -> None:
+        """Append a block of per-flow (request, reply) rows: each row its own pattern."""
+        n = mats[0].shape[0]
+        self._blocks.append((vstack([mats[0], mats[1]]).tocsr(), np.arange(n, dtype=np.int64),
+                             np.arange(n, 2 * n, dtype=np.int64)))
 
     def _flush(self) -> None:
         if not self._pending:
@@ -120,7 +139,7 @@ class PathModel:
             idx = np.fromiter((k for w in rows for k in w), dtype=np.int64, count=int(indptr[-1]))
             val = np.fromiter((v for w in rows for v in w.values()), dtype=np.float64, count=int(indptr[-1]))
             mats.append(csr_matrix((val, idx, indptr), shape=(len(rows), self.n_components)))
-        self._blocks.append((mats[0], mats[1]))
+        self._add_block(mats)
         self._pending = []
 
     def bind(self, flows: Sequence[FlowKey], src_node: I64, dst_node: I64,
@@ -146,48 +165,75 @@ class PathModel:
             m.sum_duplicates()
             mats.append(m)
         r0 = self._n
-        self._blocks.append((mats[0], mats[1]))
+        self._add_block(mats)
         self._n += n
         self._bound[id(flows)] = (flows, r0)
-        self._matrix = None
+        self._invalidate()
         return np.arange(r0, r0 + n, dtype=np.int64)
 
     def bind_candidates(self, flows: Sequence[FlowKey], src_node: I64, dst_node: I64,
-                        weights: Callable[[int, int], Mapping[int, float]]) -> I64:
+                        weights: Callable[[int, int], Mapping[int, float]] | None = None, *,
+                        spray: Callable[[I64, I64], SprayTable] | None = None) -> I64:
         """Add many flows whose exact paths are unknown: each (request or reply) row is the
-        candidate-path weights ``weights(a, b)`` of its node pair (e.g. the even ECMP split of
-        ``Routing.spray_weights_nodes``), computed once per pair.
+        candidate-path weights of its node pair, computed once per pair, either by
+        ``weights(a, b)`` pair by pair (e.g. ``Routing.spray_weights_nodes``) or, faster, by
+        ``spray(a_nodes, b_nodes)`` for every distinct pair at once (``Routing.spray_many``,
+        the same even ECMP split). The flows of one pair share one pattern (:attr:`patterns`).
         """
+        if (weights is None) == (spray is None):
+            raise ValueError("bind_candidates: give exactly one of weights or spray")
         self._flush()
         ix = self.fabric.index
         n = len(flows)
         s = np.asarray(src_node, dtype=np.int64)
         t = np.asarray(dst_node, dtype=np.int64)
         pairs, inv = np.unique(np.r_[s * ix.n_nodes + t, t * ix.n_nodes + s], return_inverse=True)
-        rows: list[dict[int, float]] = []
-        for key in pairs.tolist():
-            a, b = divmod(int(key), ix.n_nodes)
-            w: dict[int, float] = {}
-            for e, we in weights(a, b).items():
-                w[e] = w.get(e, 0.0) + we
-                v = int(ix.dst[e])
-                if ix.is_switch[v]:
-                    w[self.n_edges + v] = w.get(self.n_edges + v, 0.0) + we
-            for nic in (a, b):
-                w[self.n_edges + nic] = w.get(self.n_edges + nic, 0.0) + 1.0
-            rows.append(w)
-        lens = np.fromiter((len(w) for w in rows), dtype=np.int64, count=len(rows))
-        indptr = np.r_[0, np.cumsum(lens)].astype(np.int64)
-        idx = np.fromiter((k for w in rows for k in w), dtype=np.int64, count=int(indptr[-1]))
-        val = np.fromiter((v for w in rows for v in w.values()), dtype=np.float64, count=int(indptr[-1]))
-        per_pair = csr_matrix((val, idx, indptr), shape=(len(rows), self.n_components))
-        self._fractional = self._fractional or bool(np.any(val % 1.0 != 0.0))
+        a_nodes, b_nodes = pairs // ix.n_nodes, pairs % ix.n_nodes
+        if spray is not None:
+            per_pair = self._candidate_rows(a_nodes, b_nodes, spray(a_nodes, b_nodes))
+        else:
+            assert weights is not None
+            rows: list[dict[int, float]] = []
+            for a, b in zip(a_nodes.tolist(), b_nodes.tolist(), strict=True):
+                w: dict[int, float] = {}
+                for e, we in weights(a, b).items():
+                    w[e] = w.get(e, 0.0) + we
+                    v = int(ix.dst[e])
+                    if ix.is_switch[v]:
+                        w[self.n_edges + v] = w.get(self.n_edges + v, 0.0) + we
+                for nic in (a, b):
+                    w[self.n_edges + nic] = w.get(self.n_edges + nic, 0.0) + 1.0
+                rows.append(w)
+            lens = np.fromiter((len(w) for w in rows), dtype=np.int64, count=len(rows))
+            indptr = np.r_[0, np.cumsum(lens)].astype(np.int64)
+            idx = np.fromiter((k for w in rows for k in w), dtype=np.int64, count=int(indptr[-1]))
+            val = np.fromiter((v for w in rows for v in w.values()), dtype=np.float64,
+                              count=int(indptr[-1]))
+            per_pair = csr_matrix((val, idx, indptr), shape=(len(rows), self.n_components))
+        self._fractional = self._fractional or bool(np.any(per_pair.data % 1.0 != 0.0))
         r0 = self._n
-        self._blocks.append((per_pair[inv[:n]], per_pair[inv[n:]]))
+        inv = np.asarray(inv, dtype=np.int64).ravel()
+        self._blocks.append((per_pair, inv[:n].copy(), inv[n:].copy()))
         self._n += n
         self._bound[id(flows)] = (flows, r0)
-        self._matrix = None
+        self._invalidate()
         return np.arange(r0, r0 + n, dtype=np.int64)
+
+    def _candidate_rows(self, a: I64, b: I64, table: SprayTable) -> csr_matrix:
+        """Incidence rows of node pairs ``(a[i], b[i])`` from their spray table: each edge at
+        its weight, the switch it enters at the same weight, both NICs once."""
+        ix = self.fabric.index
+        m = a.shape[0]
+        r_e = np.repeat(np.arange(m, dtype=np.int64), np.diff(table.offsets))
+        e, w = table.edges, table.weights
+        v = ix.dst[e]
+        sw = ix.is_switch[v]
+        r = np.concatenate([r_e, r_e[sw], np.arange(m), np.arange(m)])
+        c = np.concatenate([e, self.n_edges + v[sw], self.n_edges + a, self.n_edges + b])
+        val = np.concatenate([w, w[sw], np.ones(2 * m)])
+        out = csr_matrix((val, (r, c)), shape=(m, self.n_components))
+        out.sum_duplicates()
+        return out
 
     def rows(self, flows: Sequence[FlowKey]) -> I64:
         """Row ids of ``flows`` (resolving paths of new flows)."""
@@ -202,20 +248,33 @@ class PathModel:
         return out
 
     @property
-    def matrices(self) -> tuple[csr_matrix, csr_matrix]:
-        """(request incidence, reply incidence), one row per known flow."""
-        if self._matrix is None:
+    def patterns(self) -> tuple[csr_matrix, I64, I64]:
+        """``(P, pat_req, pat_rep)``: the distinct incidence rows and, per known flow, the row
+        of ``P`` of its request and of its reply (``matrices == (P[pat_req], P[pat_rep])``)."""
+        if self._pat is None:
             self._flush()
-            if len(self._blocks) > 1:
-                self._blocks = [(vstack([b[0] for b in self._blocks]).tocsr(),
-                                 vstack([b[1] for b in self._blocks]).tocsr())]
             if not self._blocks:
-                z = csr_matrix((0, self.n_components))
-                return z, z
-            self._matrix = self._blocks[0]
-            E = self.n_edges
-            self._hops1 = (np.asarray(self._matrix[0][:, :E].sum(axis=1)).ravel(),
-                           np.asarray(self._matrix[1][:, :E].sum(axis=1)).ravel())
+                z = np.zeros(0, dtype=np.int64)
+                self._pat = (csr_matrix((0, self.n_components)), z, z)
+                return self._pat
+            if len(self._blocks) > 1:
+                offs = np.cumsum([0] + [b[0].shape[0] for b in self._blocks])
+                self._blocks = [(vstack([b[0] for b in self._blocks]).tocsr(),
+                                 np.concatenate([b[1] + o for b, o in zip(self._blocks, offs, strict=False)]),
+                                 np.concatenate([b[2] + o for b, o in zip(self._blocks, offs, strict=False)]))]
+            P, pf, pr = self._blocks[0]
+            self._pat = (P, pf, pr)
+            hp = np.asarray(P[:, : self.n_edges].sum(axis=1)).ravel()
+            self._hops1 = (hp[pf], hp[pr])
+        return self._pat
+
+    @property
+    def matrices(self) -> tuple[csr_matrix, csr_matrix]:
+        """(request incidence, reply incidence), one row per known flow (materialized from
+        :attr:`patterns` on first use)."""
+        if self._matrix is None:
+            P, pf, pr = self.patterns
+            self._matrix = (P[pf], P[pr])
         return self._matrix
 
     @property
@@ -225,7 +284,7 @@ class PathModel:
 
     def hops_one_way(self) -> tuple[F64, F64]:
         """Link traversals of the request and of the reply path, per known flow."""
-        self.matrices  # noqa: B018 - builds the cache
+        self.patterns  # noqa: B018 - builds the cache
         return self._hops1
 
     @property
@@ -281,25 +340,25 @@ def _row_split(counts: LossCounts) -> tuple[F64, F64, F64, npt.NDArray[np.bool_]
 def _system(model: PathModel, counts: LossCounts, loss_per_hop: float) -> _System:
     """The lossy rows of the stacked system and, over every row, ``D = X^T 1``."""
     rows = model.rows(counts.flows)
-    AF, AR = model.matrices
+    P, pat_f, pat_r = model.patterns
+    pf, pr = pat_f[rows], pat_r[rows]
     hF, hR = model.hops_one_way()
     sent, lost, lreq, d, u = _row_split(counts)
-    # Probes through each component, over every flow (lossless ones included): one sparse
-    # product per direction instead of materializing the whole stacked matrix.
-    wF = np.zeros(AF.shape[0])
-    wR = np.zeros(AR.shape[0])
-    np.add.at(wF, rows[d], sent[d])
-    np.add.at(wR, rows[d], sent[d] - lreq[d])
-    np.add.at(wF, rows[u], sent[u])
-    np.add.at(wR, rows[u], sent[u])
-    D = np.asarray(AF.T @ wF).ravel() + np.asarray(AR.T @ wR).ravel()
+    # Probes through each component, over every flow (lossless ones included): the probes
+    # per pattern (flows sharing a pattern summed), then one sparse product.
+    w = np.zeros(P.shape[0])
+    w += np.bincount(pf[d], weights=sent[d], minlength=P.shape[0])
+    w += np.bincount(pr[d], weights=sent[d] - lreq[d], minlength=P.shape[0])
+    w += np.bincount(pf[u], weights=sent[u], minlength=P.shape[0])
+    w += np.bincount(pr[u], weights=sent[u], minlength=P.shape[0])
+    D = np.asarray(P.T @ w).ravel()
     fid = np.arange(len(counts.flows))
     sF = d & (lreq > 0)
     sR = d & (lost - lreq > 0)
     sU = u & (lost > 0)
     nF, nR, nU = sent[sF], sent[sR] - lreq[sR], sent[sU]
-    X = vstack([diags(nF) @ AF[rows[sF]], diags(nR) @ AR[rows[sR]],
-                diags(nU) @ (AF[rows[sU]] + AR[rows[sU]])]).tocsr()
+    X = vstack([diags(nF) @ P[pf[sF]], diags(nR) @ P[pr[sR]],
+                diags(nU) @ (P[pf[sU]] + P[pr[sU]])]).tocsr()
     lost_rows = np.r_[lreq[sF], lost[sR] - lreq[sR], lost[sU]]
     hops = np.r_[hF[rows[sF]], hR[rows[sR]], hF[rows[sU]] + hR[rows[sU]]]
     base = np.r_[nF, nR, nU] * loss_per_hop * np.maximum(hops, 1.0)
@@ -311,11 +370,12 @@ def _all_rows(model: PathModel, counts: LossCounts, loss_per_hop: float,
     """Every row of the stacked system (lossless ones too), restricted to columns ``cols``:
     (traversal weights per probe, probes, losses, background expected losses, origin node)."""
     rows = model.rows(counts.flows)
-    AF, AR = model.matrices
+    P, pat_f, pat_r = model.patterns
+    pf, pr = pat_f[rows], pat_r[rows]
     hF, hR = model.hops_one_way()
-    AFc, ARc = AF[:, cols].tocsr(), AR[:, cols].tocsr()
+    Pc = P[:, cols].tocsr()
     sent, lost, lreq, d, u = _row_split(counts)
-    W = vstack([AFc[rows[d]], ARc[rows[d]], AFc[rows[u]] + ARc[rows[u]]]).tocsr()
+    W = vstack([Pc[pf[d]], Pc[pr[d]], Pc[pf[u]] + Pc[pr[u]]]).tocsr()
     n = np.r_[sent[d], sent[d] - lreq[d], sent[u]]
     lo = np.r_[lreq[d], lost[d] - lreq[d], lost[u]]
     hops = np.r_[hF[rows[d]], hR[rows[d]], hF[rows[u]] + hR[rows[u]]]

@@ -123,16 +123,17 @@ def gather(fabric: Fabric, inputs: Inputs, *, since: int | None, until: int | No
             progress(f"analysing the probes in {p}")
         ps = ProbeStore(p)
         try:
-            obs_p = ps.observations(t0_ns=since, t1_ns=until)
+            totals = ps.window_totals(t0_ns=since, t1_ns=until)
+            if not totals.n_probes:
+                raise ConfigError(f"--probes {p}: no probes in the window "
+                                  f"[{since if since is not None else 'start'}, "
+                                  f"{until if until is not None else 'end'}]: nothing to analyse")
+            found = _analyze_probes(fabric, ps, totals, since, until)
         finally:
             ps.close()
-        if not len(obs_p.t_send_ns):
-            raise ConfigError(f"--probes {p}: no probes in the window "
-                              f"[{since if since is not None else 'start'}, "
-                              f"{until if until is not None else 'end'}]: nothing to analyse")
-        w = (int(obs_p.t_send_ns.min()), int(obs_p.t_send_ns.max()))
+        w = totals.window
         add("probe", [Finding(f.kind, f.subject, f.score, w, f.evidence, f.action, f.details)
-                      for f in _analyze_probes(fabric, obs_p)])
+                      for f in found])
     if inputs.traces:
         from fabricscope.straggler.pipeline import analyze_paths
 
@@ -145,36 +146,41 @@ def gather(fabric: Fabric, inputs: Inputs, *, since: int | None, until: int | No
     return out, counts
 
 
-def _analyze_probes(fabric: Fabric, obs: Any) -> list[Finding]:
-    """:func:`~fabricscope.service.probe_live.analyze_observations` without traced paths, the
-    candidate-set path model bound in bulk.
+def _analyze_probes(fabric: Fabric, store: Any, totals: Any, since: int | None,
+                    until: int | None) -> list[Finding]:
+    """:func:`~fabricscope.service.probe_live.analyze_observations` without traced paths,
+    from the window's per-flow totals (one GROUP BY in the store) and the candidate-set path
+    model bound in bulk.
 
     Stored probes carry no paths, so every flow's row is the even ECMP split of its NIC pair
-    (``Routing.spray_weights``); :meth:`~fabricscope.probe.localize.PathModel.bind_candidates`
-    computes it once per pair: the same rows, in the same order, as resolving flow by flow,
-    which on a 2,048-GPU mesh (~586k flows over ~68k pairs) takes seconds instead of many
-    minutes (docs/benchmarks/diagnosis-advisor.md). Flows naming a device outside the
-    inventory take the per-flow path, which reports them as before.
+    (``Routing.spray_many``), one shared row per pair
+    (:meth:`~fabricscope.probe.localize.PathModel.bind_candidates`); responder times are
+    read only per responder NIC and for the suspect hosts
+    (:func:`~fabricscope.probe.analysis.analyze_totals`). The findings are those of the
+    per-probe analysis (docs/benchmarks/diagnosis-advisor.md). Flows naming a device
+    outside the inventory take the per-probe path, which reports them as before.
     """
     import numpy as np
 
     from fabricscope.fabric.routing import Routing
-    from fabricscope.probe.analysis import Baseline, analyze
+    from fabricscope.probe.analysis import Baseline, analyze_totals
     from fabricscope.probe.localize import PathModel
     from fabricscope.service.probe_live import analyze_observations
 
     node = fabric.index.node_of
-    n = len(obs.flows)
+    flows = totals.flows
+    n = len(flows)
     try:
-        src = np.fromiter((node[a] for a, _, _ in obs.flows), dtype=np.int64, count=n)
-        dst = np.fromiter((node[b] for _, b, _ in obs.flows), dtype=np.int64, count=n)
+        src = np.fromiter((node[a] for a, _, _ in flows), dtype=np.int64, count=n)
+        dst = np.fromiter((node[b] for _, b, _ in flows), dtype=np.int64, count=n)
     except KeyError:
-        return analyze_observations(fabric, obs)
+        return analyze_observations(fabric, store.observations(t0_ns=since, t1_ns=until))
     baseline = Baseline()  # learned from the same window, as analyze_observations does
-    baseline.learn(obs, track_rtt=False)
+    baseline.learn_totals(totals)
     model = PathModel(fabric)
-    model.bind_candidates(obs.flows, src, dst, Routing(fabric).spray_weights_nodes)
-    return analyze(fabric, model, obs, baseline)
+    model.bind_candidates(flows, src, dst, spray=Routing(fabric).spray_many)
+    return analyze_totals(fabric, model, totals,
+                          store.responder_times(t0_ns=since, t1_ns=until), baseline)
 
 
 def _exists(p: Path, flag: str) -> None:

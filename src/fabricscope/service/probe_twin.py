@@ -101,7 +101,7 @@ class TwinMesh:
         ECMP path set (even split per hop), as ``probe analyze`` without ``--paths`` uses."""
         fl = self._proto.flows
         model = PathModel(self.fabric)
-        model.bind_candidates(fl, fl.src_node, fl.dst_node, self.routing.spray_weights_nodes)
+        model.bind_candidates(fl, fl.src_node, fl.dst_node, spray=self.routing.spray_many)
         return model
 
     def transport_for(self, faults: FaultSchedule, seed: int, **kw: float) -> ProbeTransport:
