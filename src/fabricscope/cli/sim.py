@@ -89,7 +89,10 @@ def register(app: typer.Typer) -> None:
         seed: list[int] = typer.Option([], "--seed", help="Seed(s) for placement / permutation / random LB (repeatable)."),
         hash_function: str | None = typer.Option(None, "--hash", help="ECMP hash: crc32 (default), crc16 or xor."),
         polarized: bool = typer.Option(False, "--polarized", help="Same hash seed on every switch (shows polarization)."),
-        out: Path | None = typer.Option(None, "--out", "-o", help="Directory for sim.json, fct_cdf.png, link_util.png."),
+        out: Path | None = typer.Option(
+            None, "--out", "-o",
+            help="Directory for sim.json, fct_cdf.png, link_util.png (transport runs: slowdown.png, queues.png, pauses.png).",
+        ),
         no_plot: bool = typer.Option(False, "--no-plot", help="With --out: write sim.json only."),
         force: bool = typer.Option(
             False, "--force", help=f"Run a workload estimated above {2_000_000:,} flows per seed (hours of work).",
@@ -209,8 +212,15 @@ def register(app: typer.Typer) -> None:
 
                 return cb
 
+            watched = None
             if transport is None:
                 result = run_scenario(prep, progress=progress, record_utilization=out is not None)
+            elif out is not None:
+                # Watched runs (same results): every switch queue traced in bounded memory and
+                # every first pause timed, for sim.json's pauses and queues.png / pauses.png.
+                from fabricscope.service.sim_plots_transport import run_transport_watched
+
+                result, watched = run_transport_watched(prep, transport, progress=progress)
             else:
                 result = run_scenario(prep, progress=progress, record_utilization=False, transport=transport)
         console.print(format_table(result, width=console.width if console.is_terminal else None))
@@ -234,7 +244,7 @@ def register(app: typer.Typer) -> None:
                 partitioned.append(f"{r.label} seed {r.seed} ({len(r.result.unroutable)}, e.g. {first.split(', ')[0]})")
         if out is not None:
             try:
-                files = write_report(result, out, plots=not no_plot)
+                files = write_report(result, out, plots=not no_plot, watched=watched)
             except OSError as exc:
                 raise ConfigError(f"--out {out}: cannot write the report: {exc.strerror or exc}") from None
             for kind, path in files.items():

@@ -8,14 +8,20 @@ Plots (matplotlib, Agg backend, no display needed):
                     shows as a bright or dark stripe.
 ``slowdown.png``    transport runs (``--cc dcqcn|hpcc``) only: FCT slowdown (p50 / p99) by
                     flow-size bucket per scheme, HPCC-paper style (:mod:`fabricscope.sim.slowdown`).
+``queues.png``      watched transport runs only: egress queue occupancy over time at the
+                    hottest switch ports, with the ECN and PFC XOFF thresholds.
+``pauses.png``      watched transport runs only: first pause per link by hop distance from
+                    the congestion, and paused time per hop
+                    (:mod:`fabricscope.service.sim_plots_transport`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +34,9 @@ from fabricscope.sim.slowdown import (
     format_size,
     format_slowdown_table,
 )
+
+if TYPE_CHECKING:
+    from fabricscope.service.sim_plots_transport import WatchedRun
 
 _COLUMNS = (
     ("scheme", "scheme", "{}"),
@@ -306,15 +315,22 @@ def plot_link_heatmap(result: ScenarioResult, path: Path, *, bins: int = 40, per
     return path
 
 
-def write_report(result: ScenarioResult, outdir: Path, *, plots: bool = True) -> dict[str, Path]:
+def write_report(result: ScenarioResult, outdir: Path, *, plots: bool = True,
+                 watched: Sequence[WatchedRun] | None = None) -> dict[str, Path]:
     """Write ``sim.json`` (+ ``fct_cdf.png`` and ``link_util.png``, except for a ring
     steady-state workload) under ``outdir``. Transport runs add ``slowdown`` (per row label,
-    :class:`~fabricscope.sim.slowdown.SlowdownTable`) to ``sim.json`` and ``slowdown.png``."""
+    :class:`~fabricscope.sim.slowdown.SlowdownTable`) to ``sim.json`` and ``slowdown.png``;
+    with ``watched`` (:func:`~fabricscope.service.sim_plots_transport.run_transport_watched`)
+    also ``pauses`` / ``hottest_queues`` to ``sim.json`` and ``queues.png`` / ``pauses.png``."""
     outdir.mkdir(parents=True, exist_ok=True)
     tables = slowdown_tables(result) if is_transport(result) else None
     extra: dict[str, object] | None = (
         {"slowdown": {label: t.to_dict() for label, t in tables.items()}} if tables is not None else None
     )
+    if watched is not None:
+        from fabricscope.service.sim_plots_transport import watch_json
+
+        extra = {**(extra or {}), **watch_json(watched)}
     files = {"json": write_json(result, outdir / "sim.json", extra=extra)}
     if result.scenario.workload.get("steady_state") is True:
         # One ring step at t = 0: its FCTs and link timeline are an artefact of the model, not
@@ -326,4 +342,9 @@ def write_report(result: ScenarioResult, outdir: Path, *, plots: bool = True) ->
             files["link_util"] = plot_link_heatmap(result, outdir / "link_util.png")
         if tables is not None:
             files["slowdown"] = plot_slowdown(result, outdir / "slowdown.png", tables=tables)
+        if watched is not None:
+            from fabricscope.service.sim_plots_transport import plot_pauses, plot_queues
+
+            files["queues"] = plot_queues(result, watched, outdir / "queues.png")
+            files["pauses"] = plot_pauses(result, watched, outdir / "pauses.png")
     return files

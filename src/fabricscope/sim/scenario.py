@@ -46,6 +46,7 @@ from fabricscope.sim.results import SimResult
 
 if TYPE_CHECKING:
     from fabricscope.sim.transport import TransportConfig
+    from fabricscope.sim.transport.results import TransportResult
 
 _TOP_KEYS = frozenset({
     "name", "topology", "workload", "lb", "hash", "faults", "compare_healthy", "seeds", "seed",
@@ -699,11 +700,15 @@ def run_scenario(
     progress: Callable[[str], Progress] | None = None,
     record_utilization: bool = True,
     transport: TransportConfig | None = None,
+    on_transport: Callable[[str, int, TransportResult], None] | None = None,
 ) -> ScenarioResult:
     """Run every (scheme, case, seed) of a scenario. ``progress(label)`` may return a
     per-run callback ``(finished, total)`` for a progress bar. With ``transport`` every run
     goes through the fluid transport engine (:mod:`fabricscope.sim.transport`) instead of
-    the ideal max-min engine; its counters are in each result's ``meta``."""
+    the ideal max-min engine; its counters are in each result's ``meta``. With
+    ``on_transport`` too, each run is watched (``simulate_transport(watch=True)``: the same
+    results, plus queue traces and first pauses) and handed over as ``(label, seed,
+    TransportResult)`` as soon as it ends, so a caller can reduce it before the next."""
     prep = scenario if isinstance(scenario, Prepared) else prepare(scenario)
     sc = prep.scenario
     cases: list[tuple[str, tuple[Fault, ...]]] = []
@@ -720,11 +725,14 @@ def run_scenario(
                 if transport is not None:
                     from fabricscope.sim.transport import simulate_transport
 
-                    res = simulate_transport(
+                    tres = simulate_transport(
                         prep.fabric, prep.workloads[seed], config=transport, lb=scheme,
                         hash_config=sc.hash, faults=faults, seed=seed, progress=cb,
-                    ).sim
-                    runs.append(Run(scheme, case, seed, res))
+                        watch=on_transport is not None,
+                    )
+                    if on_transport is not None:
+                        on_transport(label, seed, tres)
+                    runs.append(Run(scheme, case, seed, tres.sim))
                     continue
                 res = simulate(
                     prep.fabric, prep.workloads[seed], lb=scheme, hash_config=sc.hash,

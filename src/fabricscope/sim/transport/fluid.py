@@ -28,7 +28,7 @@ from fabricscope.sim.results import SimResult
 from fabricscope.sim.transport import kernel as K
 from fabricscope.sim.transport import nscc as NS
 from fabricscope.sim.transport.config import TransportConfig
-from fabricscope.sim.transport.results import TransportResult, TransportStats
+from fabricscope.sim.transport.results import TransportResult, TransportStats, TransportWatch
 from fabricscope.sim.transport.segments import build_segments
 
 FloatArray = npt.NDArray[np.float64]
@@ -37,6 +37,12 @@ IntArray = npt.NDArray[np.int64]
 DEFAULT_DT_NS = 500.0
 CC_DT_NS = 1000.0
 CHUNK_STEPS = 20_000
+# A watched run (``watch=True``) keeps at most WATCH_BYTES of queue trace: rows x traced
+# links x 8 B x 2 (the buffer holds two halves), between WATCH_MIN_ROWS and WATCH_MAX_ROWS
+# rows; each link's first pause is timed to WATCH_RESOLUTION of the time elapsed (>= 1 step).
+WATCH_BYTES = 32 * 1024 * 1024
+WATCH_MIN_ROWS, WATCH_MAX_ROWS = 64, 512
+WATCH_RESOLUTION = 1.0 / 100.0
 
 
 class FluidTransport:
@@ -56,6 +62,18 @@ class FluidTransport:
         how a non-up-down route, e.g. after a link failure, is given.
     trace_edges / trace_every_ns:
         Sample these links' egress queues every ``trace_every_ns``.
+    watch:
+        Record what a report needs without knowing the hot links in advance: every switch
+        egress queue that carries traffic is traced (no ``trace_edges`` with it), starting at
+        every step; whenever the trace holds more than ``R`` rows, pairs of rows are merged
+        (their maximum, so a peak survives) and the interval doubles, so memory stays under
+        ``(2 R + 2) x links x 8 B`` with ``R = clamp(WATCH_BYTES / (16 x links), 64, 512)``
+        whatever the run's length: about 32 MiB up to 32,768 traced links, ~1 KiB per link
+        beyond. Each link's first XOFF is
+        timed to within ``max(dt, WATCH_RESOLUTION x elapsed time)`` by advancing in chunks
+        that short (a run makes a few hundred calls instead of one; on the 1,024-host
+        permutation of benchmarks/bench_transport.py 5 % more CPU time, the 127:1 incast 2 %).
+        :attr:`TransportResult.watch` holds the result.
     """
 
     def __init__(
@@ -73,6 +91,7 @@ class FluidTransport:
         trace_edges: Sequence[int] = (),
         trace_every_ns: float = 0.0,
         trace_max: int = 200_000,
+        watch: bool = False,
     ) -> None:
         cfg = config or TransportConfig()
         cfg.validate()
@@ -194,6 +213,28 @@ class FluidTransport:
         self.ip = np.zeros(K.N_IP, np.int64)
         self.ip[[K.IP_L, K.IP_LCC, K.IP_CC, K.IP_PFC, K.IP_WD_DETECT, K.IP_WD_RESTORE]] = [
             L, lcc, cc_mode, int(pfc.enabled), wd_detect, math.ceil(pfc.restore_ns / dt)]
+        self.watch = watch
+        self._watch_rows = 0
+        if watch:
+            if len(trace_edges):
+                raise ConfigError("watch: traces every busy switch port itself; give no trace_edges with it")
+            trace_edges = e_list[e_src_sw[e_list]].tolist()
+            trace_every_ns = dt
+            self._watch_rows = int(min(max(WATCH_BYTES // (16 * max(len(trace_edges), 1)), WATCH_MIN_ROWS),
+                                       WATCH_MAX_ROWS))
+            trace_max = 2 * self._watch_rows + 2
+        self.first_xoff_lo = np.full(ix.n_edges, np.nan)
+        self.first_xoff_hi = np.full(ix.n_edges, np.nan)
+        # XOFF threshold of every switch's ingress queues while its buffer is empty (the
+        # dynamic one shrinks as the buffer fills): what a report draws as the PFC line.
+        if not pfc.enabled:
+            self.xoff_empty_bytes = np.full(ix.n_nodes, np.nan)
+        elif pfc.xoff_bytes is not None:
+            self.xoff_empty_bytes = np.where(ix.is_switch, float(pfc.xoff_bytes), np.nan)
+        else:
+            self.xoff_empty_bytes = np.where(
+                ix.is_switch, np.maximum(pfc.alpha * np.maximum(n_buf - n_hroom, 0.0), 2.0 * float(cfg.mtu_bytes)),
+                np.nan)
         self.trace_edges = np.asarray(list(trace_edges), dtype=np.int64)
         every = int(max(1, round(trace_every_ns / dt))) if trace_every_ns > 0 and self.trace_edges.shape[0] else 0
         self.ip[K.IP_TRACE_EVERY] = every
@@ -291,14 +332,50 @@ class FluidTransport:
         n = self.state.shape[0]
         while not self.finished and self.clock[0] < t_ns - 1e-9:
             steps = int(min(CHUNK_STEPS, math.ceil((t_ns - self.clock[0]) / self.dt)))
+            if self.watch:
+                steps = self._watch_steps(steps)
             self.ip[K.IP_STEPS] = max(steps, 1)
             before = float(self.clock[1])
+            t_before = float(self.clock[0])
             self.n_done = int(K.advance(self.ip, self.fp, *self._static, *self._mutable, *self._stats))
+            if self.watch:
+                self._watch_after(t_before)
             if progress is not None:
                 progress(self.n_done, n)
             if float(self.clock[1]) - before < steps and not self.finished:
                 break  # nothing left that can run (the rest is blocked)
         return self.finished
+
+    def _watch_steps(self, steps: int) -> int:
+        """A watched run's next chunk: short enough to time a first pause to the resolution
+        and to leave trace rows for every sample it takes."""
+        steps = min(steps, max(1, int(float(self.clock[1]) * WATCH_RESOLUTION)))
+        every = int(self.ip[K.IP_TRACE_EVERY])
+        if every > 0:
+            room = self.trace_buf.shape[0] - int(self.trace_n[0]) - 1
+            steps = min(steps, max(room, 1) * every)
+        return max(steps, 1)
+
+    def _watch_after(self, t_before: float) -> None:
+        """After a watched chunk: time the links that sent their first XOFF in it, and halve
+        the trace (max of row pairs, doubled interval) while it holds more than R rows."""
+        new = np.isnan(self.first_xoff_lo) & (self.xoff > 0)
+        if new.any():
+            self.first_xoff_lo[new] = t_before
+            self.first_xoff_hi[new] = float(self.clock[0])
+        n = int(self.trace_n[0])
+        while n > self._watch_rows and self.ip[K.IP_TRACE_EVERY] > 0:
+            m = n // 2
+            merged = np.maximum(self.trace_buf[0:2 * m:2], self.trace_buf[1:2 * m:2])
+            times = self.trace_t[0:2 * m:2].copy()
+            if n % 2:
+                merged = np.vstack([merged, self.trace_buf[n - 1:n]])
+                times = np.append(times, self.trace_t[n - 1])
+            n = merged.shape[0]
+            self.trace_buf[:n] = merged
+            self.trace_t[:n] = times
+            self.ip[K.IP_TRACE_EVERY] *= 2
+        self.trace_n[0] = n
 
     def stats(self) -> TransportStats:
         """The counters so far."""
@@ -355,12 +432,29 @@ class FluidTransport:
         )
         k = int(self.trace_n[0])
         life = np.where(done, end - start, np.maximum(self.now_ns - np.nan_to_num(start, nan=self.now_ns), 1e-9))
+        watch = None
+        if self.watch:
+            watched = self.ecn if self.config.cc in ("dcqcn", "nscc") else None  # ECN drives these senders
+            segs = self.segs
+            inner = segs.ingress >= 0
+            feeds = np.unique(np.stack([segs.ingress[inner], segs.edge[inner]], axis=1).astype(np.int64), axis=0)
+            watch = TransportWatch(
+                first_pause_ns=self.first_xoff_lo.copy(),
+                first_pause_window_ns=self.first_xoff_hi - self.first_xoff_lo,
+                xoff_empty_bytes=self.xoff_empty_bytes.copy(),
+                ecn_kmin_bytes=None if watched is None else float(watched.kmin_bytes),
+                ecn_kmax_bytes=None if watched is None else float(watched.kmax_bytes),
+                trace_every_ns=float(self.ip[K.IP_TRACE_EVERY]) * self.dt,
+                max_rows=2 * self._watch_rows + 2,
+                feeds=feeds.reshape(-1, 2),
+            )
         return TransportResult(
             sim=sim, stats=st, trace_edges=self.trace_edges.copy(),
             queue_trace_t_ns=self.trace_t[:k].copy(),
             queue_trace_bytes=self.trace_buf[:k, : self.trace_edges.shape[0]].copy(),
             queueing_delay_ns=self.qd_acc / np.maximum(life, 1e-9),
             unfinished=unfinished,
+            watch=watch,
         )
 
 
@@ -378,6 +472,7 @@ def simulate_transport(
     trace_edges: Sequence[int] = (),
     trace_every_ns: float = 0.0,
     progress: Progress | None = None,
+    watch: bool = False,
 ) -> TransportResult:
     """Run ``workload`` on ``fabric`` through the fluid transport engine until every flow is
     done or ``config.max_time_ns`` of simulated time passed (unfinished flows: NaN times,
@@ -385,6 +480,7 @@ def simulate_transport(
     sim = FluidTransport(
         fabric, workload, config=config, lb=lb, hash_config=hash_config, faults=faults, seed=seed,
         stuck_nics=stuck_nics, paths=paths, trace_edges=trace_edges, trace_every_ns=trace_every_ns,
+        watch=watch,
     )
     sim.advance_to(sim.config.max_time_ns, progress=progress)
     return sim.result()

@@ -63,12 +63,43 @@ class TransportStats:
 
 
 @dataclass(frozen=True)
+class TransportWatch:
+    """What a watched run (``FluidTransport(watch=True)``) adds for a report.
+
+    first_pause_ns:        per directed link, start of the engine chunk in which its receiver
+                           sent the first XOFF (NaN: never paused); the XOFF came at most
+                           ``first_pause_window_ns`` later (max(dt, 1 % of the time elapsed))
+    xoff_empty_bytes:      per node, the XOFF threshold of a switch's ingress queues while its
+                           buffer is empty (NaN: a NIC, or PFC off); a dynamic one is lower
+                           when the buffer holds bytes
+    ecn_kmin/kmax_bytes:   the marking thresholds, when the congestion control reacts to ECN
+                           (DCQCN, NSCC; None for HPCC and none)
+    trace_every_ns:        the interval of the queue trace at the end of the run (each row is
+                           the maximum of the samples merged into it)
+    max_rows:              rows of the trace buffer (memory: max_rows x traced links x 8 B);
+                           the trace returned holds at most half of them
+    feeds:                 (k, 2) distinct (ingress link, egress link) pairs some route takes
+                           through a switch: which egress queues a paused link's bytes wait in
+    """
+
+    first_pause_ns: FloatArray
+    first_pause_window_ns: FloatArray
+    xoff_empty_bytes: FloatArray
+    ecn_kmin_bytes: float | None
+    ecn_kmax_bytes: float | None
+    trace_every_ns: float
+    max_rows: int
+    feeds: IntArray
+
+
+@dataclass(frozen=True)
 class TransportResult:
     """A flow result (same fields as the ideal engine's) plus the transport counters.
 
     ``queue_trace_t_ns`` / ``queue_trace_bytes`` sample the egress queue of the links asked for
     (``trace_edges``) every ``trace_every_ns``; ``queueing_delay_ns`` is each flow's mean
-    queueing delay over its lifetime (what its RTT carried on top of the base RTT).
+    queueing delay over its lifetime (what its RTT carried on top of the base RTT). A watched
+    run (``watch=True``) traces every busy switch egress queue and fills ``watch``.
     """
 
     sim: SimResult
@@ -78,3 +109,4 @@ class TransportResult:
     queue_trace_bytes: FloatArray
     queueing_delay_ns: FloatArray
     unfinished: int
+    watch: TransportWatch | None = None
