@@ -108,3 +108,23 @@ def test_analysis_of_stored_totals_equals_the_per_probe_analysis(tmp_path: Path,
     assert "cpu-starved" in kinds and len(kinds) >= 2, f"both faults must show: {kinds}"
     assert got == want
     st.close()
+
+
+def test_stored_flows_index_iterate_and_bind_nodes_like_a_list(tmp_path: Path) -> None:
+    st = ProbeStore(tmp_path / "p.duckdb")
+    st.insert([ProbeSample(f"h{i % 3}/nic0", f"h{(i + 1) % 3}/nic0", FT._replace(src_port=40000 + i), i,
+                           10 * i, 10 * i + 1, 10 * i + 2, 10 * i + 5) for i in range(7)])
+    flows = st.window_totals().flows
+    want = list(st.observations().flows)
+    assert [flows[i] for i in range(len(flows))] == want == list(flows)
+    lazy = st.window_totals().flows  # nothing built yet: items one by one
+    assert lazy[-1] == want[-1] and lazy[0] == want[0]
+    assert list(flows[1:3]) == want[1:3]
+    with pytest.raises(IndexError):
+        flows[len(want)]
+    node_of = {f"h{i}/nic0": 10 + i for i in range(3)}
+    s, t = flows.bind_nodes(node_of)  # type: ignore[attr-defined]
+    assert s.tolist() == [node_of[a] for a, _, _ in want] and t.tolist() == [node_of[b] for _, b, _ in want]
+    with pytest.raises(KeyError):
+        flows.bind_nodes({"h0/nic0": 1})  # type: ignore[attr-defined]
+    st.close()

@@ -160,19 +160,14 @@ def _analyze_probes(fabric: Fabric, store: Any, totals: Any, since: int | None,
     per-probe analysis (docs/benchmarks/diagnosis-advisor.md). Flows naming a device
     outside the inventory take the per-probe path, which reports them as before.
     """
-    import numpy as np
-
     from fabricscope.fabric.routing import Routing
     from fabricscope.probe.analysis import Baseline, analyze_totals
     from fabricscope.probe.localize import PathModel
     from fabricscope.service.probe_live import analyze_observations
 
-    node = fabric.index.node_of
     flows = totals.flows
-    n = len(flows)
     try:
-        src = np.fromiter((node[a] for a, _, _ in flows), dtype=np.int64, count=n)
-        dst = np.fromiter((node[b] for _, b, _ in flows), dtype=np.int64, count=n)
+        src, dst = flows.bind_nodes(fabric.index.node_of)
     except KeyError:
         return analyze_observations(fabric, store.observations(t0_ns=since, t1_ns=until))
     baseline = Baseline()  # learned from the same window, as analyze_observations does

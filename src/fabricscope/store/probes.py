@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import gc
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, overload
 
 import duckdb
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from fabricscope.model.errors import TraceFormatError, TransportError
 from fabricscope.model.records import FiveTuple, ProbeSample
@@ -54,7 +55,8 @@ CREATE TABLE IF NOT EXISTS probes (
 """
 _COLS = ("src", "dst", "src_ip", "dst_ip", "src_port", "dst_port", "proto", "seq", "t_send_ns",
          "t_resp_rx_ns", "t_resp_tx_ns", "t_recv_ns", "status")
-_KEYS = "src, dst, src_ip, dst_ip, src_port, dst_port, proto"
+_KEY_NAMES = ("src", "dst", "src_ip", "dst_ip", "src_port", "dst_port", "proto")
+_KEYS = ", ".join(_KEY_NAMES)
 _ARROW = pa.schema([
     ("src", pa.string()), ("dst", pa.string()), ("src_ip", pa.string()), ("dst_ip", pa.string()),
     ("src_port", pa.int32()), ("dst_port", pa.int32()), ("proto", pa.int16()), ("seq", pa.int64()),
@@ -240,7 +242,7 @@ class ProbeStore:
         cnt = {c: np.asarray(t.column(c).to_numpy(), dtype=np.int64) for c in ("sent", "lost", "lreq", "lunk")}
         nan = np.full(n_flows, np.nan)
         stats = FlowStats(cnt["sent"], cnt["lost"], cnt["lreq"], cnt["lunk"], nan, nan.copy())
-        return WindowTotals(_flow_keys(t) if n_flows else [], stats,
+        return WindowTotals(StoredFlows(t.select(list(_KEY_NAMES))), stats,
                             (int(lo), int(hi)) if n else (0, 0), int(n or 0),
                             float(med) if med is not None else float("nan"))
 
@@ -333,6 +335,60 @@ def _gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+class StoredFlows(Sequence[FlowKey]):
+    """The distinct flows of a window as Arrow columns; items are built on demand.
+
+    Indexing gives ``(src NIC id, dst NIC id, FiveTuple)`` as a list of flows would (the
+    whole list is built once, on the first iteration); :meth:`bind_nodes` sets ``src_node`` /
+    ``dst_node`` (node indices, through the few distinct NIC ids) so the analysis vectorizes
+    without touching 10^5-10^6 Python tuples (docs/benchmarks/diagnosis-advisor.md).
+    """
+
+    def __init__(self, keys: pa.Table) -> None:
+        self._t = keys
+        self._all: list[FlowKey] | None = None
+        self.src_node: npt.NDArray[np.int64] | None = None
+        self.dst_node: npt.NDArray[np.int64] | None = None
+
+    def __len__(self) -> int:
+        return int(self._t.num_rows)
+
+    @overload
+    def __getitem__(self, i: int) -> FlowKey: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[FlowKey]: ...
+
+    def __getitem__(self, i: int | slice) -> FlowKey | Sequence[FlowKey]:
+        if isinstance(i, slice) or self._all is not None:
+            return self._items()[i]
+        n = len(self)
+        j = i + n if i < 0 else i
+        if not 0 <= j < n:
+            raise IndexError(i)
+        v = [self._t.column(c)[j].as_py() for c in _KEY_NAMES]
+        return v[0], v[1], FiveTuple(*v[2:])
+
+    def __iter__(self) -> Iterator[FlowKey]:
+        return iter(self._items())
+
+    def _items(self) -> list[FlowKey]:
+        if self._all is None:
+            self._all = _flow_keys(self._t)
+        return self._all
+
+    def bind_nodes(self, node_of: Mapping[str, int]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """``(src_node, dst_node)`` of every flow through ``node_of`` (KeyError for an id it
+        lacks), also kept as attributes."""
+        out = []
+        for c in ("src", "dst"):
+            enc = pc.dictionary_encode(self._t.column(c)).combine_chunks()
+            codes = np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+            lut = np.array([node_of[x] for x in enc.dictionary.to_pylist()], dtype=np.int64)
+            out.append(lut[codes] if codes.size else np.zeros(0, dtype=np.int64))
+        self.src_node, self.dst_node = out
+        return out[0], out[1]
 
 
 def _flow_keys(keys: pa.Table) -> list[FlowKey]:
