@@ -366,19 +366,20 @@ def _system(model: PathModel, counts: LossCounts, loss_per_hop: float) -> _Syste
 
 
 def _all_rows(model: PathModel, counts: LossCounts, loss_per_hop: float,
-              cols: I64) -> tuple[csr_matrix, F64, F64, F64, I64]:
+              cols: I64) -> tuple[csr_matrix, F64, F64, F64, I64, F64]:
     """Every row of the stacked system (lossless ones too), restricted to columns ``cols``:
-    (traversal weights per probe, probes, losses, background expected losses, origin node)."""
+    (traversal weights per probe, probes, losses, background expected losses, origin node,
+    multiplicity).
+
+    Lossless rows that are equal (the same pattern and probe count: untraced flows of one
+    NIC pair sent as many probes) are given once with their multiplicity, which the latent-path
+    likelihoods weigh by (:mod:`~fabricscope.probe.mixture`); a lossy row stands for itself.
+    """
     rows = model.rows(counts.flows)
     P, pat_f, pat_r = model.patterns
     pf, pr = pat_f[rows], pat_r[rows]
     hF, hR = model.hops_one_way()
-    Pc = P[:, cols].tocsr()
     sent, lost, lreq, d, u = _row_split(counts)
-    W = vstack([Pc[pf[d]], Pc[pr[d]], Pc[pf[u]] + Pc[pr[u]]]).tocsr()
-    n = np.r_[sent[d], sent[d] - lreq[d], sent[u]]
-    lo = np.r_[lreq[d], lost[d] - lreq[d], lost[u]]
-    hops = np.r_[hF[rows[d]], hR[rows[d]], hF[rows[u]] + hR[rows[u]]]
     # Origin NIC of each row: the prober for requests, the responder for replies.
     node_of = model.fabric.index.node_of
     s_node = getattr(counts.flows, "src_node", None)
@@ -386,8 +387,39 @@ def _all_rows(model: PathModel, counts: LossCounts, loss_per_hop: float,
     if s_node is None or t_node is None:
         s_node = np.array([node_of[f[0]] for f in counts.flows], dtype=np.int64)
         t_node = np.array([node_of[f[1]] for f in counts.flows], dtype=np.int64)
-    origin = np.r_[np.asarray(s_node)[d], np.asarray(t_node)[d], np.asarray(s_node)[u]].astype(np.int64)
-    return W, n, lo, n * loss_per_hop * np.maximum(hops, 1.0), origin
+    s_node, t_node = np.asarray(s_node, dtype=np.int64), np.asarray(t_node, dtype=np.int64)
+    # Blocks: request rows and reply rows of flows whose loss direction is known, round trips
+    # of the others. Per row: pattern(s), probes, losses, hops, origin.
+    nd, nu = int(d.sum()), int(u.sum())
+    blk = np.r_[np.zeros(nd, np.int64), np.ones(nd, np.int64), np.full(nu, 2, np.int64)]
+    pa = np.r_[pf[d], pr[d], pf[u]]
+    pb = np.r_[np.full(2 * nd, -1, np.int64), pr[u]]
+    n = np.r_[sent[d], sent[d] - lreq[d], sent[u]]
+    lo = np.r_[lreq[d], lost[d] - lreq[d], lost[u]]
+    hops = np.r_[hF[rows[d]], hR[rows[d]], hF[rows[u]] + hR[rows[u]]]
+    origin = np.r_[s_node[d], t_node[d], s_node[u]]
+    keep = np.arange(blk.shape[0])
+    mult = np.ones(blk.shape[0])
+    free = np.flatnonzero(lo == 0)
+    n_pat = P.shape[0] + 1
+    n_max = float(n.max(initial=0.0)) + 1.0
+    if free.size and 3.0 * n_pat * n_pat * n_max < 2.0**62:
+        key = ((blk[free] * n_pat + (pb[free] + 1)) * n_pat + pa[free]) * int(n_max) \
+            + n[free].astype(np.int64)
+        _, first, cnt = np.unique(key, return_index=True, return_counts=True)
+        keep = np.r_[np.flatnonzero(lo > 0), free[first]]
+        mult = np.r_[np.ones(keep.shape[0] - first.shape[0]), cnt.astype(np.float64)]
+    Pc = P[:, cols].tocsr()
+    parts, order = [], []
+    for b in (0, 1, 2):
+        sel = keep[blk[keep] == b]
+        m = Pc[pa[sel]]
+        parts.append(m + Pc[pb[sel]] if b == 2 else m)
+        order.append(np.flatnonzero(blk[keep] == b))
+    pos = np.concatenate(order)
+    W = vstack(parts).tocsr()
+    k = keep[pos]
+    return W, n[k], lo[k], n[k] * loss_per_hop * np.maximum(hops[k], 1.0), origin[k], mult[pos]
 
 
 def _mixture_alternatives(model: PathModel, counts: LossCounts, loss_per_hop: float,
@@ -408,12 +440,12 @@ def _mixture_alternatives(model: PathModel, counts: LossCounts, loss_per_hop: fl
     if comp not in cand:
         cand = np.r_[comp, cand]
     cols = np.r_[np.asarray(list(others), dtype=np.int64), cand].astype(np.int64)
-    W, n, lo, base, origin = _all_rows(model, counts, loss_per_hop, cols)
+    W, n, lo, base, origin, mult = _all_rows(model, counts, loss_per_hop, cols)
     k = len(others)
     lam = base + (np.asarray(W[:, :k] @ p_others).ravel() * n if k else 0.0)
     Wc = W[:, k:].tocsr()
-    gm, pm = mixture_gains(Wc, n, lo, lam)
-    ga = grouped_gains(Wc, n, lo, lam, origin)
+    gm, pm = mixture_gains(Wc, n, lo, lam, mult=mult)
+    ga = grouped_gains(Wc, n, lo, lam, origin, mult=mult)
     gain = np.zeros(model.n_components)
     rate = np.zeros(model.n_components)
     robust = np.zeros(model.n_components)

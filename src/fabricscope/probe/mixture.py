@@ -30,9 +30,11 @@ F64 = npt.NDArray[np.float64]
 DEFAULT_GRID: F64 = np.geomspace(1e-4, 1.0, 97)
 
 
-def _distinct(cols: list[npt.NDArray[np.float64]]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+def _distinct(cols: list[npt.NDArray[np.float64]], weight: F64 | None = None
+              ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     """(index of one representative, count) of each distinct row of ``cols`` (by lexsort:
-    ``np.unique(axis=0)`` sorts byte strings and is an order of magnitude slower)."""
+    ``np.unique(axis=0)`` sorts byte strings and is an order of magnitude slower); with
+    ``weight``, the count is the sum of the members' weights."""
     order = np.lexsort(cols[::-1])
     srt = [c[order] for c in cols]
     change = np.zeros(order.shape[0], dtype=bool)
@@ -40,7 +42,10 @@ def _distinct(cols: list[npt.NDArray[np.float64]]) -> tuple[npt.NDArray[np.int64
     for c in srt:
         change[1:] |= c[1:] != c[:-1]
     starts = np.flatnonzero(change)
-    counts = np.diff(np.r_[starts, order.shape[0]])
+    if weight is None:
+        counts = np.diff(np.r_[starts, order.shape[0]]).astype(np.float64)
+    else:
+        counts = np.add.reduceat(np.asarray(weight, dtype=np.float64)[order], starts)
     return order[starts], counts
 
 
@@ -61,13 +66,15 @@ def _row_loglik(p: F64, n: F64, lost: F64, lam: F64, k: F64, phi: F64, *,
 
 
 def mixture_gains(W: csr_matrix, n: F64, lost: F64, lam: F64,
-                  grid: F64 = DEFAULT_GRID, *, agnostic: bool = False) -> tuple[F64, F64]:
+                  grid: F64 = DEFAULT_GRID, *, agnostic: bool = False,
+                  mult: F64 | None = None) -> tuple[F64, F64]:
     """Profile log-likelihood gain (nats, vs no fault) and drop rate of each column of ``W``.
 
     ``W[r, j]``: expected traversals of candidate ``j`` by one probe of row ``r``;
     ``n``: probes of each row; ``lost``: their losses; ``lam``: expected losses of each row
-    without the candidate (background and other components). Lossless rows with equal
-    ``(candidate, n, w)`` are grouped, so a million flows cost a few thousand groups.
+    without the candidate (background and other components); ``mult``: how many identical
+    rows each row stands for (default 1). Lossless rows with equal ``(candidate, n, w)`` are
+    grouped, so a million flows cost a few thousand groups.
 
     ``agnostic``: make no assumption on how a flow's ECMP choice is drawn (hash
     polarization makes the even split wrong: switches of two tiers hashing alike send all
@@ -90,13 +97,15 @@ def mixture_gains(W: csr_matrix, n: F64, lost: F64, lam: F64,
         rl = r[lossy]
         ll = _row_loglik(grid, n[rl].astype(np.float64), lost[rl], np.maximum(lam[rl], 1e-300),
                          k[lossy], phi[lossy], agnostic=agnostic)
+        if mult is not None:
+            ll = ll * mult[rl]
         for g in range(grid.shape[0]):
             total[g] += np.bincount(j[lossy], weights=ll[g], minlength=K)
     # Lossless entries: log((1-phi) e^{-k n p} + phi e^{-(k+1) n p}), grouped.
     z = ~lossy
     if z.any():
         zj, zn, zw = j[z].astype(np.float64), n[r[z]].astype(np.float64), np.round(w[z], 9)
-        first, cnt = _distinct([zj, zn, zw])
+        first, cnt = _distinct([zj, zn, zw], None if mult is None else mult[r[z]])
         gj = zj[first].astype(np.int64)
         gk = np.floor(zw[first] + 1e-9)
         ll = _row_loglik(grid, zn[first], np.zeros(first.shape[0]), np.ones(first.shape[0]),
@@ -113,7 +122,8 @@ GROUP_GRID: F64 = np.linspace(0.0, 1.0, 11)
 
 
 def grouped_gains(W: csr_matrix, n: F64, lost: F64, lam: F64, group: npt.NDArray[np.int64],
-                  grid: F64 = DEFAULT_GRID[::2], phis: F64 = GROUP_GRID) -> F64:
+                  grid: F64 = DEFAULT_GRID[::2], phis: F64 = GROUP_GRID, *,
+                  mult: F64 | None = None) -> F64:
     """Profile gain of each column of ``W`` when the split of uncertain rows is unknown per
     ``group`` (the row's origin NIC): within a group, every row that may cross the candidate
     does so with one free probability ``phi`` (profiled on ``phis``), whatever the even
@@ -144,7 +154,7 @@ def grouped_gains(W: csr_matrix, n: F64, lost: F64, lam: F64, group: npt.NDArray
     lam_e = np.where(lossy, np.maximum(lam[r], 1e-300), 1.0)
     cols = [cinv.astype(np.float64), n[r].astype(np.float64), lost[r], lam_e, k,
             unsure.astype(np.float64)]
-    first, cnt = _distinct(cols)
+    first, cnt = _distinct(cols, None if mult is None else mult[r])
     ci = cinv[first].astype(np.int64)
     un, ul, ulam, uk = (c[first] for c in cols[1:5])
     uu = unsure[first]
