@@ -335,7 +335,15 @@ def _trend(y: F64, tday: F64, phase: F64, extra: F64 | None) -> tuple[F64, F64]:
     xtx[~ok] = np.eye(p)
     inv = _spd_inverse(xtx)
     beta = np.einsum("lij,lj->li", inv, xty)
-    rss = np.clip((yz * yz).sum(axis=1) - (beta * xty).sum(axis=1), 0, None)
+    # The penalized residual sum of squares, sum (y - X b)^2 + sum_k lam b_k^2 (equal to
+    # y'y - b'X'y at the ridge solution), from the residuals themselves: the difference
+    # form cancels catastrophically when the fit is good (a laser bias of 6 mA that moves by
+    # microamps), and its rounding then reaches 1e-9 of the t statistic.
+    fit = beta[:, :q] @ cols.T
+    if extra is not None:
+        fit += ez * beta[:, q : q + 1]
+    res = np.where(m, y - fit, 0.0)
+    rss = (res * res).sum(axis=1) + lam * (beta[:, 2:] ** 2).sum(axis=1)
     s2 = rss / np.maximum(n - p, 1)
     se = np.sqrt(np.maximum(s2 * inv[:, 1, 1], 1e-30))
     slope = np.where(ok, beta[:, 1], np.nan)
