@@ -7,7 +7,8 @@ intervals; >= 1,500 modules, >= 21 days). Every day at 00:00 UTC from day 3, thr
 flag modules, on the same modules and times:
 
 * ``model``: the shipped predictor (fabricscope.optics.predict.default_model), risk >= its
-  threshold;
+  threshold, after the link-pair attribution (predict.pair_attribution, as predict_fleet does;
+  ``--no-pair-attribution``: the raw risks);
 * ``threshold``: plain vendor threshold alarms (any metric of any lane beyond its warning in
   the last sample: grade.threshold_alarms);
 * ``single-factor``: the single-factor grading score alone at needs-attention or worse
@@ -59,6 +60,8 @@ from fabricscope.optics.predict import (
     episode_scores,
     eval_times,
     model_inputs,
+    pair_attribution,
+    peer_rows,
     predict_fleet,
 )
 from fabricscope.optics.readers.table import read_history
@@ -151,10 +154,12 @@ def _truth_fail(fleet: Fleet) -> tuple[np.ndarray, np.ndarray]:
     return fail, mode
 
 
-def accuracy_fleet(seed: int, cfg: FleetConfig, model: Model, every_h: int = 24
-                   ) -> dict[str, Any]:
+def accuracy_fleet(seed: int, cfg: FleetConfig, model: Model, every_h: int = 24,
+                   pairs: bool = True) -> dict[str, Any]:
     """Score the three methods on one fleet under the daily protocol (00:00 UTC) and, with
-    ``every_h`` < 24, also flagging every ``every_h`` hours (the daily times are a subset)."""
+    ``every_h`` < 24, also flagging every ``every_h`` hours (the daily times are a subset).
+    ``pairs``: the model's risks go through the link-pair attribution (predict_fleet's
+    default; the cabling is the fleet's ``links``, never its truth)."""
     t0 = time.perf_counter()
     fleet = generate_fleet(cfg, seed=seed)
     t_gen = time.perf_counter() - t0
@@ -180,6 +185,8 @@ def accuracy_fleet(seed: int, cfg: FleetConfig, model: Model, every_h: int = 24
         x = np.stack([cols.get(c, np.full(idx.size, np.nan)) for c in model.feature_names],
                      axis=1)
         r = model.risk(x)
+        if pairs:
+            r, _ = pair_attribution(r, cols, peer_rows(mf, fleet.peers))
         alive = fail[idx] > t
         evaluated[e, idx[alive]] = True
         flags["model"][e, idx] = r >= model.threshold
@@ -343,12 +350,12 @@ def _print_table(title: str, results: list[dict[str, Any]], key: str) -> dict[st
 
 
 def run_accuracy(fleets: list[tuple[int, FleetConfig, str]], model: Model, every_h: int,
-                 analyse: bool = False) -> dict[str, Any]:
+                 analyse: bool = False, pairs: bool = True) -> dict[str, Any]:
     """Score the model and both baselines on ``fleets`` (daily protocol and every ``every_h``
     hours), pooled and per fleet, with the calibration table."""
     results = []
     for seed, cfg, note in fleets:
-        res = accuracy_fleet(seed, cfg, model, every_h)
+        res = accuracy_fleet(seed, cfg, model, every_h, pairs)
         res["note"] = note
         if analyse:
             fl = generate_fleet(cfg, seed=seed)
@@ -388,6 +395,7 @@ def run_accuracy(fleets: list[tuple[int, FleetConfig, str]], model: Model, every
                 res[key][meth].pop("_ex")
     return {"fleets": results, "pooled": pooled, "pooled_every_h": pooled_fast,
             "every_h": every_h, "calibration": calib, "anchors": ANCHORS,
+            "pair_attribution": pairs,
             "model": {"threshold": model.threshold, "features": len(model.feature_names),
                       "trained_on_seeds": [f["seed"] for f in
                                            model.metadata.get("fleets", [])]}}
@@ -475,6 +483,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="also flag every N hours (24: the daily protocol only)")
     ap.add_argument("--model", help="a model file instead of the shipped one")
     ap.add_argument("--seeds", help="only these seeds of the chosen sets (comma-separated)")
+    ap.add_argument("--no-pair-attribution", action="store_true",
+                    help="score the model's risks as they are, without the link-pair "
+                         "attribution (the model before it)")
     args = ap.parse_args(argv)
     if args.speed_child:
         print(json.dumps(speed_child(args.speed_child)))
@@ -498,7 +509,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.seeds:
                 want = {int(x) for x in args.seeds.split(",")}
                 chosen = [f for f in chosen if f[0] in want]
-            out[key] = run_accuracy(chosen, model, args.every_h, analyse=name == "dev")
+            out[key] = run_accuracy(chosen, model, args.every_h, analyse=name == "dev",
+                                    pairs=not args.no_pair_attribution)
     if args.only in (None, "speed") and not args.quick:
         out["speed"] = run_speed(args.speed_modules, args.speed_days, args.speed_dir)
     out["machine"]["load_avg_end"] = list(os.getloadavg())

@@ -18,6 +18,8 @@ example ``(module, t)`` is positive when the module fails in ``(t, t + horizon]`
 * **Threshold.** The calibrated risk at which ``predicted_failure`` turns on maximizes, on the
   calibration block, the module-level F1 of the rule "fails within the horizon, flagged at
   least a day ahead" (:func:`episode_scores`, the benchmark's own scorer).
+* **Link pairs.** After scoring, a module whose receive-side evidence the far end of its link
+  explains gets a low risk (:func:`pair_attribution`): one fault, one end flagged.
 
 The model file is JSON holding LightGBM's text model format (no pickle: a model file is data,
 never code). Pure: numpy, scipy, lightgbm; time is a parameter (``at_ns``).
@@ -59,6 +61,7 @@ __all__ = [
     "DEFAULT_HORIZON_NS",
     "MODEL_FORMAT",
     "NO_FAILURE",
+    "PAIR_EXPLAINED_RISK",
     "EpisodeScores",
     "Examples",
     "FleetPredictions",
@@ -70,6 +73,8 @@ __all__ = [
     "failure_times",
     "feature_series",
     "model_inputs",
+    "pair_attribution",
+    "peer_rows",
     "predict_fleet",
     "train",
     "training_examples",
@@ -97,6 +102,10 @@ _DEVICE_COLUMNS = ("temperature_c.margin.high_alarm.min", "temperature_c.level.1
 _PART_CLASSES: tuple[str, ...] = (*(pc.name for pc in PART_CLASSES), GENERIC.name)
 _REPLACE_ACTION = "replace the module at the next maintenance window"
 _WATCH = "no action now: watch the trend"
+_FAR_END_REASON: Mapping[str, Any] = {
+    "code": "link.far_end_cause", "severity": 0.0, "lane": None,
+    "evidence": "the far end of the link explains this module's receive-side evidence (its "
+                "laser's power fell, or its own direction lost more light): risk lowered"}
 _ETA_MAX_DAYS = 90.0
 _TREND_T = 3.0
 _DEFAULT_PARAMS: Mapping[str, Any] = {
@@ -107,6 +116,20 @@ _DEFAULT_PARAMS: Mapping[str, Any] = {
 }
 _MAX_ROUNDS = 500
 _EARLY_STOP = 40
+#: link-pair attribution (:func:`pair_attribution`): the far transmitter fell at least this
+#: much (dB, worst lane) ...
+_PAIR_FAR_TX_DB = 1.0
+#: ... and this end's incoming-loss change is at most this share of that fall
+_PAIR_LOSS_SHARE = 0.5
+#: both directions of the link lost at least this much (dB) ...
+_PAIR_MIN_LOSS_DB = 0.5
+#: ... and the far end's incoming direction lost at least this factor more than ours
+_PAIR_LOSS_RATIO = 1.15
+#: this end's own laser: a 3-day relative bias drift above this is evidence of its own
+_PAIR_OWN_BIAS_DRIFT = 0.1
+#: risk of a module whose evidence the far end explains (on the development fleets 105-107,
+#: none of the 76 (module, time) examples the rule demoted failed within 7 days)
+PAIR_EXPLAINED_RISK = 0.05
 
 
 # ------------------------------------------------------------------------- model inputs
@@ -164,14 +187,7 @@ def model_inputs(features: LaneFeatures, grades: FleetGrades | None = None,
     lout = cols.get("link.loss_out_change_db.max", nan)
     # which direction of the link lost more (this end's receive side minus its transmit side)
     cols["link.dir_asym_change_db"] = lin - lout
-    row = np.full(len(mods), -1, dtype=np.int64)
-    row[idx] = np.arange(idx.size)
-    prow = np.full(idx.size, -1, dtype=np.int64)
-    if peers:
-        index = {mods.key(i): i for i in range(len(mods))}
-        for k, i in enumerate(idx.tolist()):
-            j = index.get(peers.get(mods.key(i), ""), -1)
-            prow[k] = row[j] if j >= 0 else -1
+    prow = peer_rows(mf, peers)
     ok = prow >= 0
     peer_cols = (*_PEER_COLUMNS, "link.dir_asym_change_db", "eta.alarm_days.3d")
     for c in peer_cols:
@@ -182,6 +198,67 @@ def model_inputs(features: LaneFeatures, grades: FleetGrades | None = None,
         cols[f"peer.{c}"] = pv
         cols[f"peer_diff.{c}"] = (own if own is not None else np.full(idx.size, np.nan)) - pv
     return mf, cols
+
+
+def peer_rows(mf: ModuleFeatures, peers: Mapping[str, str] | None) -> I64:
+    """For each row of ``mf`` (a module with data), the row of its far-end module in ``mf``
+    (``-1``: no cabling entry, or the far end has no data). ``peers`` is the inventory's
+    cabling, ``device:port -> device:port``."""
+    mods = mf.modules
+    idx = mf.module.astype(np.int64)
+    prow = np.full(idx.size, -1, dtype=np.int64)
+    if not peers:
+        return prow
+    row = np.full(len(mods), -1, dtype=np.int64)
+    row[idx] = np.arange(idx.size)
+    index = {mods.key(i): i for i in range(len(mods))}
+    for k, i in enumerate(idx.tolist()):
+        j = index.get(peers.get(mods.key(i), ""), -1)
+        prow[k] = row[j] if j >= 0 else -1
+    return prow
+
+
+def pair_attribution(risk: F64, cols: Mapping[str, F64], prow: I64) -> tuple[F64, BoolA]:
+    """Decide which end of a link is the cause when the evidence shows at both ends.
+
+    One fault is seen at both ends of a link: the far laser's falling power is this end's
+    falling receive power, and a dirty mating pair or a damaged fiber loses light in both
+    directions (the far end's side more when the far end is the one failing). Per module with
+    a far end (``prow``, :func:`peer_rows`), the evidence is *explained by the far end*, and
+    the module's risk is lowered to :data:`PAIR_EXPLAINED_RISK`, when
+
+    * its own laser shows nothing (3-day relative bias drift <= 0.1), the far end has data and
+      its risk is at least this module's, and
+    * either the far transmitter fell >= 1 dB (``link.peer_tx_change_db.min``) while this
+      end's incoming-loss change (``link.loss_in_change_db.max``) is at most half of that fall
+      (the received power fell because less light was sent, not because the link lost it),
+    * or both directions lost >= 0.5 dB and the far end's incoming direction lost >= 1.15x
+      this end's (a two-way loss: the end that lost more reaches its alarm first).
+
+    This is CorrOpt's per-direction view of a link (Zhuo et al., "Understanding and Mitigating
+    Packet Corruption in Data Center Networks", SIGCOMM 2017: corruption is mostly one
+    direction of a link, and the optical power at its two ends points at the part to repair),
+    applied after scoring. Inputs are the fleet's own data (history and cabling); nothing is learned.
+    Returns the adjusted risks and which rows were explained.
+    """
+    r = np.asarray(risk, dtype=np.float64)
+    n = r.shape[0]
+    nan = np.full(n, np.nan)
+    la = np.asarray(cols.get("link.loss_in_change_db.max", nan), dtype=np.float64)
+    lb = np.asarray(cols.get("peer.link.loss_in_change_db.max", nan), dtype=np.float64)
+    ptx = np.asarray(cols.get("link.peer_tx_change_db.min", nan), dtype=np.float64)
+    own = np.asarray(cols.get("bias.drift_rel.3d.max", nan), dtype=np.float64)
+    has = prow >= 0
+    rb = np.full(n, np.nan)
+    rb[has] = r[prow[has]]
+    with np.errstate(invalid="ignore"):
+        own_ok = ~(own > _PAIR_OWN_BIAS_DRIFT)
+        peer_ok = has & ~(rb < r)
+        far_laser = (ptx <= -_PAIR_FAR_TX_DB) & ~(la > _PAIR_LOSS_SHARE * -ptx)
+        other_side = (la >= _PAIR_MIN_LOSS_DB) & (lb >= _PAIR_LOSS_RATIO * la)
+        explained = own_ok & peer_ok & (far_laser | other_side) & (r > PAIR_EXPLAINED_RISK)
+    out = np.where(explained, PAIR_EXPLAINED_RISK, r)
+    return out, explained
 
 
 def _matrix(cols: Mapping[str, F64], names: Sequence[str], n: int) -> npt.NDArray[np.float32]:
@@ -804,6 +881,7 @@ def predict_fleet(
     at_ns: int,
     peers: Mapping[str, str] | None = None,
     grades: FleetGrades | None = None,
+    attribute_pairs: bool = True,
 ) -> FleetPredictions:
     """Grade and predict every module of ``history`` at ``at_ns`` (data after it is ignored).
 
@@ -812,7 +890,10 @@ def predict_fleet(
     the model's horizon, ``predicted_failure`` (risk >= the model's threshold), ``eta_days``
     (when a significant trend reaches an alarm, :func:`_eta`), and, where the model predicts a
     failure that grading gives no action for, "replace the module at the next maintenance
-    window". Modules without data by ``at_ns`` get grade ``no-data`` and no risk.
+    window". Modules without data by ``at_ns`` get grade ``no-data`` and no risk. With
+    ``attribute_pairs`` (default) and the cabling (``peers``), a module whose evidence the far
+    end of its link explains gets :data:`PAIR_EXPLAINED_RISK` and the reason
+    ``link.far_end_cause`` (:func:`pair_attribution`).
     """
     mdl = model if model is not None else default_model()
     gr = grades if grades is not None else grade_fleet(history, at_ns=at_ns, peers=peers)
@@ -824,8 +905,13 @@ def predict_fleet(
     idx = mf.module.astype(np.int64)
     nmod = len(f.modules)
     risk = np.full(nmod, np.nan)
+    explained = np.zeros(nmod, dtype=bool)
     if idx.size:
-        risk[idx] = mdl.risk(_matrix(cols, mdl.feature_names, idx.shape[0]))
+        r0 = mdl.risk(_matrix(cols, mdl.feature_names, idx.shape[0]))
+        if attribute_pairs:
+            r0, ex = pair_attribution(r0, cols, peer_rows(mf, peers))
+            explained[idx] = ex
+        risk[idx] = r0
     eta = _eta(f) if len(f) else np.full(nmod, np.nan)
     mods = f.modules
     out = []
@@ -844,7 +930,8 @@ def predict_fleet(
             risk=r if has else None, predicted_failure=bool(flag),
             eta_days=e if math.isfinite(e) else None,
             reasons=tuple({"code": x.code, "severity": round(x.severity, 3), "lane": x.lane,
-                           "evidence": x.evidence} for x in gr.reasons[i]),
+                           "evidence": x.evidence} for x in gr.reasons[i])
+            + ((_FAR_END_REASON,) if explained[i] else ()),
             action=action))
     return FleetPredictions(at_ns=int(at_ns), horizon_ns=mdl.horizon_ns,
                             threshold=mdl.threshold, modules=tuple(out), warnings=gr.warnings)
