@@ -15,6 +15,9 @@ knowledge-tree baseline (diagnosis/baseline.py) reads the same findings. Both ru
 on the twin (diagnosis/checks.py: the same checks at the same modelled costs; the coordinator
 all at once, the tree one after another) unless --no-checks; each is also replayed without
 checks, and the coordinator once more with a case base retained from the earlier scenarios.
+The instruments also publish suspicions (diagnosis/suspicions.py: sub-alarm statistics the
+coordinator answers with rate-bounded checks; the tree reads alarms only) unless
+--no-suspicions; each scenario is also replayed with the channel off (same findings).
 Time to correct root cause: first simulated time the pair is named, minus the fault's onset
 (and minus the first report that implicates the faulty resource: the diagnosis proper).
 
@@ -39,6 +42,7 @@ import numpy as np
 from fabricscope.diagnosis.baseline import TreeWalker
 from fabricscope.diagnosis.cases import Case, CaseBase, signature_of
 from fabricscope.diagnosis.graph import ResourceMap
+from fabricscope.diagnosis.incidents import CorrelatorParams
 from fabricscope.diagnosis.knowledge import load_kb
 from fabricscope.diagnosis.scoring import ScenarioScore, macro_f1, micro, score_scenario
 from fabricscope.fabric.builders import rail_optimized_fabric
@@ -174,7 +178,7 @@ def detected_at(rmap: ResourceMap, kb: Any, res: LoopResult, f: Fault, pair: tup
     """When the first finding that implicates the fault's resource was reported (both sides
     see it at the same time): the start of diagnosis proper."""
     kind = kb.types[pair[1]].resource
-    for o in res.findings:  # in reported order
+    for o in res.findings:  # in reported order (alarms: suspicions are kept apart)
         if o.reported_ns >= f.start_ns and (
                 pair[0] in rmap.resources(o.subject, kind, near=True) or o.subject == pair[0]):
             return o.reported_ns
@@ -205,7 +209,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     fabric = rail_optimized_fabric(args.servers)
     kb = load_kb()
     rmap = ResourceMap(fabric)
-    instruments = default_instruments()
+    instruments = default_instruments(suspicions=not args.no_suspicions)
     probe_spec = ScenarioSpec(fabric, [], args.duration, args.seed)
     jg = _job_gpus(fabric, instruments, probe_spec)
     scen = scenarios(fabric, args, jg)
@@ -223,6 +227,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         runner = TwinChecks(spec) if active else None
         res = run_loop(spec, instruments, kb=kb, tick_s=args.tick, checks=runner)
         cpu_ours = time.process_time() - c0
+        everything = res.findings + res.suspicions
+        # the suspicion channel off: the same findings, the coordinator with its checks
+        # answering alarms only (what the code did before the channel)
+        off_runner = TwinChecks(spec) if active and res.suspicions else runner
+        off = run_loop(spec, instruments, kb=kb, tick_s=args.tick, findings=everything,
+                       checks=off_runner, params=CorrelatorParams(suspicions=None)) \
+            if off_runner is not runner else res
         passive = run_loop(spec, instruments, kb=kb, tick_s=args.tick, findings=res.findings) \
             if active else res
         wall = time.perf_counter() - t0
@@ -234,7 +245,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         base, btl, bchecks = baseline_timeline(res.findings, kb, rmap, tick_ns, end_ns,
                                                TwinChecks(spec) if active else None)
         cpu_base = time.process_time() - c1
-        with_cases = run_loop(spec, instruments, kb=kb, tick_s=args.tick, findings=res.findings,
+        with_cases = run_loop(spec, instruments, kb=kb, tick_s=args.tick, findings=everything,
                               checks=TwinChecks(spec) if active else None,
                               cases=case_base) if len(case_base) else res
         n_cases = len(case_base)
@@ -243,7 +254,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if active else (base, btl, 0)
         s_ours = score_scenario(tp, ours)
         s_base = score_scenario(tp, base)
-        ttrc, ttrc_b, ttrc_p, ttrc_bp, dtrc, dtrc_b, ttrc_c = [], [], [], [], [], [], []
+        ttrc, ttrc_b, ttrc_p, ttrc_bp, dtrc, dtrc_b, ttrc_c, ttrc_o = [], [], [], [], [], [], [], []
 
         def since(t: int | None, t0: int | None) -> float | None:
             return None if t is None or t0 is None else max(0.0, (t - t0) / NS)
@@ -258,6 +269,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ttrc_p.append(since(passive.first_named(pair), f.start_ns))
             ttrc_c.append(since(with_cases.first_named(pair), f.start_ns))
             ttrc_bp.append(since(_first(btl_p, pair), f.start_ns))
+            ttrc_o.append(since(off.first_named(pair), f.start_ns))
         rows.append({
             "passive": passive.predicted(), "baseline_passive": base_p,
             "_sp": score_scenario(tp, passive.predicted()), "_bp": score_scenario(tp, base_p),
@@ -265,6 +277,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "dtrc_s": dtrc, "dtrc_baseline_s": dtrc_b,
             "with_cases": with_cases.predicted(), "_sc": score_scenario(tp, with_cases.predicted()),
             "ttrc_cases_s": ttrc_c, "cases_before": n_cases,
+            "off": off.predicted(), "_so": score_scenario(tp, off.predicted()),
+            "ttrc_off_s": ttrc_o, "suspicions": len(res.suspicions),
+            "suspicion_stats": res.suspicion_stats,
+            "checks_off": len(off_runner.log) if off_runner is not None else 0,
             "checks": len(runner.log) if runner is not None else 0, "checks_baseline": bchecks,
             "cpu_ours_s": round(cpu_ours, 3), "cpu_baseline_s": round(cpu_base, 3),
             "group": sc["group"], "kinds": [f.kind for f in sc["faults"]],
@@ -290,17 +306,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.hours > 0:
         spec = ScenarioSpec(fabric, [], args.hours * 3600.0, args.seed + 99)
         t0 = time.perf_counter()
-        res = run_loop(spec, instruments, kb=kb, tick_s=args.tick,
-                       checks=None if args.no_checks else TwinChecks(spec))
+        hr = None if args.no_checks else TwinChecks(spec)
+        res = run_loop(spec, instruments, kb=kb, tick_s=args.tick, checks=hr)
         wall = time.perf_counter() - t0
         cpu = sum(res.seconds.values())
         out["fault_free_hours"] = {"hours": args.hours, "incidents": len(res.incidents),
-                                   "findings": len(res.findings), "cpu_s": round(cpu, 2),
+                                   "findings": len(res.findings), "suspicions": len(res.suspicions),
+                                   "suspicion_gate": res.suspicion_stats,
+                                   "checks": len(hr.log) if hr is not None else 0, "cpu_s": round(cpu, 2),
                                    "wall_s": round(wall, 2),
                                    "cores": round(cpu / spec.duration_s, 4),
                                    "cpu_by_part": res.seconds}
         print(f"\nfault-free {args.hours:g} h on the twin: {len(res.incidents)} incident(s), "
-              f"{len(res.findings)} finding(s); {cpu:.1f} CPU s for {spec.duration_s:.0f} s "
+              f"{len(res.findings)} finding(s), {len(res.suspicions)} suspicion(s) (gate "
+              f"{res.suspicion_stats}); {cpu:.1f} CPU s for {spec.duration_s:.0f} s "
               f"simulated = {cpu / spec.duration_s:.4f} core(s); by part {res.seconds}")
     return out
 
@@ -335,22 +354,37 @@ def summarize(rows: list[dict[str, Any]], args: argparse.Namespace, fabric: Fabr
     if any("_sp" in r for r in rows):
         print()
         print("active checks on / off (F1 over (resource, type) pairs; same findings):")
-        print(f"{'group':12} {'ours+checks':>12} {'ours passive':>13} {'tree+checks':>12} {'tree passive':>13}")
+        print(f"{'group':12} {'ours+checks':>12} {'ours passive':>13} {'tree+checks':>12} {'tree passive':>13}"
+              f" {'ours, no suspicions':>20}")
         out["checks_f1"] = {}
         for g in ("single", "concurrent", "all"):
             rs = [r for r in rows if g == "all" or r["group"] == g]
             if not rs:
                 continue
-            v = [round(micro([r[k] for r in rs]).f1, 4) for k in ("_s", "_sp", "_b", "_bp")]
-            out["checks_f1"][g] = dict(zip(("ours", "ours_passive", "baseline", "baseline_passive"), v,
-                                           strict=True))
-            print(f"{g:12} {v[0]:12.3f} {v[1]:13.3f} {v[2]:12.3f} {v[3]:13.3f}")
+            v = [round(micro([r[k] for r in rs]).f1, 4) for k in ("_s", "_sp", "_b", "_bp", "_so")]
+            out["checks_f1"][g] = dict(zip(("ours", "ours_passive", "baseline", "baseline_passive",
+                                            "ours_no_suspicions"), v, strict=True))
+            print(f"{g:12} {v[0]:12.3f} {v[1]:13.3f} {v[2]:12.3f} {v[3]:13.3f} {v[4]:20.3f}")
         out["checks_run"] = {"ours_median": statistics.median(r["checks"] for r in rows),
                              "baseline_median": statistics.median(r["checks_baseline"] for r in rows),
                              "ours_total": sum(r["checks"] for r in rows),
-                             "baseline_total": sum(r["checks_baseline"] for r in rows)}
+                             "baseline_total": sum(r["checks_baseline"] for r in rows),
+                             "ours_no_suspicions_median": statistics.median(r["checks_off"] for r in rows),
+                             "ours_no_suspicions_total": sum(r["checks_off"] for r in rows)}
         print(f"checks run per scenario (median): ours {out['checks_run']['ours_median']}, "
-              f"tree {out['checks_run']['baseline_median']}")
+              f"tree {out['checks_run']['baseline_median']}, ours without suspicions "
+              f"{out['checks_run']['ours_no_suspicions_median']} (totals "
+              f"{out['checks_run']['ours_total']} / {out['checks_run']['baseline_total']} / "
+              f"{out['checks_run']['ours_no_suspicions_total']})")
+        sus: Counter[str] = Counter()
+        sus_clean: Counter[str] = Counter()
+        for r in rows:
+            sus.update(r["suspicion_stats"])
+            if r["group"] == "fault-free":
+                sus_clean.update(r["suspicion_stats"])
+        out["suspicions"] = {"all": dict(sus), "fault_free": dict(sus_clean),
+                             "per_scenario_median": statistics.median(r["suspicions"] for r in rows)}
+        print(f"suspicion gate, all scenarios: {dict(sus)}; fault-free scenarios: {dict(sus_clean)}")
         print()
         print("case base (cases retained from earlier scenarios only; with checks):")
         out["cases_f1"] = {}
@@ -367,7 +401,9 @@ def summarize(rows: list[dict[str, Any]], args: argparse.Namespace, fabric: Fabr
         for label, a_key, b_key in (("from onset, with checks", "ttrc_s", "ttrc_baseline_s"),
                                     ("from detection, with checks", "dtrc_s", "dtrc_baseline_s"),
                                     ("from onset, passive", "ttrc_passive_s", "ttrc_baseline_passive_s"),
-                                    ("from onset, checks + cases", "ttrc_cases_s", "ttrc_baseline_s")):
+                                    ("from onset, checks + cases", "ttrc_cases_s", "ttrc_baseline_s"),
+                                    ("from onset, no suspicions", "ttrc_off_s", "ttrc_baseline_s"),
+                                    ("suspicions on vs off", "ttrc_s", "ttrc_off_s")):
             pr = [(a, b) for r in rows for a, b in zip(r[a_key], r[b_key], strict=True)
                   if a is not None and b is not None]
             if not pr:
@@ -381,6 +417,21 @@ def summarize(rows: list[dict[str, Any]], args: argparse.Namespace, fabric: Fabr
             print(f"  {label:30} n={len(pr):3d}: ours {ma:6.2f} s, tree {mb:6.2f} s (medians); "
                   f"means {sa / len(pr):6.2f} vs {sb / len(pr):6.2f} s"
                   + (f" ({gain:+.0%} lower)" if gain is not None else ""))
+        print()
+        print("per kind, paired from onset (median s): ours / ours without suspicions / tree")
+        out["time_by_kind"] = {}
+        kinds_t: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+        for r in rows:
+            for k, a, o, b in zip(r["kinds"], r["ttrc_s"], r["ttrc_off_s"], r["ttrc_baseline_s"],
+                                  strict=True):
+                if a is not None and b is not None and o is not None:
+                    kinds_t[k].append((a, o, b))
+        for k in sorted(kinds_t):
+            v = kinds_t[k]
+            m = [statistics.median(x[i] for x in v) for i in range(3)]
+            out["time_by_kind"][k] = {"n": len(v), "ours": m[0], "ours_no_suspicions": m[1],
+                                      "baseline": m[2]}
+            print(f"  {k:16} n={len(v):3d}: {m[0]:7.2f} / {m[1]:7.2f} / {m[2]:7.2f}")
     # time to root cause, faults both found
     ours = [t for r in rows for t in r["ttrc_s"] if t is not None]
     base = [t for r in rows for t in r["ttrc_baseline_s"] if t is not None]
@@ -439,6 +490,8 @@ def main() -> None:
                     help="also run this many fault-free simulated hours (0: skip)")
     ap.add_argument("--no-checks", action="store_true",
                     help="passive evidence only (no active checks on either side)")
+    ap.add_argument("--no-suspicions", action="store_true",
+                    help="instruments publish no suspicions (the suspicion channel off)")
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--partial", default="", help="also write the summary so far to this file "
                     "every 5%% of the scenarios")

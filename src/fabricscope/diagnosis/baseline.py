@@ -29,6 +29,12 @@ give two root causes), no use of ``excluded_by``. An ambiguous probe finding (su
 ``x | y``) is handled as its first member: a directed link as a ``gray-link`` alarm, a NIC
 (``host/nicN``) as ``nic-fault``, any other device as ``switch-fault``.
 
+Suspicions (:mod:`fabricscope.diagnosis.suspicions`, sub-alarm statistics) are not read: a
+rule-based tree is keyed by alarms (its branches are the knowledge base's primary symptoms,
+and a suspicion is none), as in the event-correlation systems the survey describes, which
+act on alarms that crossed their thresholds. Giving the tree the coordinator's suspicion
+gate would make it a different procedure, not the baseline.
+
 :class:`TreeWalker` is the same tree with active checks (:mod:`fabricscope.diagnosis.checks`):
 an unconfirmed branch runs its checks one after another before the walk moves on, each at
 the cost the coordinator pays for it; the benchmark compares the two procedures with it.
@@ -42,6 +48,7 @@ from dataclasses import dataclass
 from fabricscope.diagnosis.checks import CheckOutcome, CheckRequest, kinds_for, undecided
 from fabricscope.diagnosis.knowledge import FaultType, KnowledgeBase, Symptom, members
 from fabricscope.diagnosis.model import Observed, RootCause
+from fabricscope.diagnosis.suspicions import is_suspicion
 
 ResourceOf = Callable[[str, str], tuple[str, ...]]
 """``resource_of(subject, resource_kind)``: the inventory ids of kind ``resource_kind``
@@ -98,6 +105,7 @@ def knowledge_tree(findings: Sequence[Observed], kb: KnowledgeBase,
     first named; each with probability 1.0, ``explains`` the alarm that named it, the type's
     first action and ``specialist="knowledge-tree"``.
     """
+    findings = [o for o in findings if not is_suspicion(o)]  # alarms only (module doc)
     order = sorted(range(len(findings)), key=lambda i: (findings[i].reported_ns, i))
     seen: list[Observed] = []
     out: dict[tuple[str, str], RootCause] = {}
@@ -164,8 +172,11 @@ class TreeWalker:
         self.checks_run = 0
 
     def add(self, findings: Sequence[Observed]) -> None:
-        """New alarms (each starts a walk) in arrival order."""
+        """New alarms (each starts a walk) in arrival order; suspicions are not alarms and
+        are ignored (module doc)."""
         for o in sorted(findings, key=lambda x: x.reported_ns):
+            if is_suspicion(o):
+                continue
             self.seen.append(o)
             subject = members(o.subject)[0]
             kind = _member_kind(o.source, o.kind, subject)

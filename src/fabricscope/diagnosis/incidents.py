@@ -39,6 +39,7 @@ from fabricscope.diagnosis.specialists import (
     footprint,
     specialists,
 )
+from fabricscope.diagnosis.suspicions import SuspicionGate, SuspicionParams, is_suspicion
 
 NS = 1_000_000_000
 
@@ -56,6 +57,10 @@ class CorrelatorParams:
     #: :meth:`Correlator.take_checks`, return what they found with :meth:`Correlator.add_outcome`.
     active_checks: bool = False
     max_checks: int = 8
+    #: The suspicion channel (:mod:`fabricscope.diagnosis.suspicions`): with active checks
+    #: on, suspicions are answered by rate-bounded checks; None: suspicions are dropped.
+    #: A suspicion is never evidence either way.
+    suspicions: SuspicionParams | None = field(default_factory=SuspicionParams)
 
 
 @dataclass
@@ -95,6 +100,10 @@ class Correlator:
         # (kind, resource) -> (group id, when requested)
         self._requested: dict[tuple[str, str], tuple[str, int]] = {}
         self._pending: list[CheckRequest] = []
+        self.gate: SuspicionGate | None = (
+            SuspicionGate(kb, rmap, self.params.suspicions, explained=self._explained)
+            if self.params.active_checks and self.params.suspicions is not None else None)
+        self.suspicions_dropped = 0
 
     # -- union-find ----------------------------------------------------------------------
     def _find(self, g: str) -> str:
@@ -127,6 +136,12 @@ class Correlator:
     def add(self, findings: Sequence[Observed]) -> None:
         """Take newly reported findings (a refresh of a known id updates its time)."""
         for o in findings:
+            if is_suspicion(o):  # never evidence: at most a reason to check
+                if self.gate is not None:
+                    self.gate.offer(o)
+                else:
+                    self.suspicions_dropped += 1
+                continue
             o = normalize(o, self.rmap.fabric)
             # The same symptom reported again (a new episode of one kind on one subject from
             # one source) refreshes the first report: one symptom, one piece of evidence.
@@ -177,10 +192,16 @@ class Correlator:
 
     def add_outcome(self, outcome: CheckOutcome) -> None:
         """Take what an active check found: its findings join like any other, what it
-        decided becomes evidence of absence, and the incident that asked re-diagnoses."""
+        decided becomes evidence of absence, and the incident that asked re-diagnoses.
+        A check the suspicion gate started is handed back to it; only what it measured
+        (present symptoms) enters the diagnosis."""
         self.index.record(outcome)
         if outcome.present:
             self.add(outcome.present)
+        if self.gate is not None and self.gate.owns(outcome.request):
+            self.gate.outcome(outcome)
+            self._note_suspicion_check(outcome)
+            return
         gid = self._requested.get(outcome.request.key, ("", 0))[0]
         if gid in self._parent:
             g = self._groups.get(self._find(gid))
@@ -192,6 +213,30 @@ class Correlator:
                     f"(for {outcome.request.for_[1]}) at {outcome.request.requested_ns / NS:.2f}"
                     f"-{outcome.done_ns / NS:.2f} s: {got or 'nothing it decides is present'}"
                     + (f" [{outcome.detail}]" if outcome.detail else ""))
+
+    def _explained(self, resource: str) -> bool:
+        """Whether an open incident's root cause names ``resource`` or its cable."""
+        named = {rc.resource for g in self._groups.values() if g.incident is not None
+                 and g.incident.status == "open" for rc in g.incident.root_causes}
+        return bool(named) and (resource in named
+                                or any(c in named for c in self.rmap.resources(resource, "cable")))
+
+    def _note_suspicion_check(self, outcome: CheckOutcome) -> None:
+        """Write a confirming suspicion check into the history of the incident its
+        findings joined (an unconfirmed one is in no incident)."""
+        req = outcome.request
+        got = ", ".join(sorted({f"{o.kind} on {o.subject}" for o in outcome.present}))
+        note = (f"checked: {req.kind} on {req.resource} (for a suspicion) at "
+                f"{req.requested_ns / NS:.2f}-{outcome.done_ns / NS:.2f} s: {got}"
+                + (f" [{outcome.detail}]" if outcome.detail else ""))
+        for o in outcome.present:
+            first = self._by_symptom.get((o.source, o.kind, o.subject))
+            if first is None or first not in self._parent:
+                continue
+            g = self._groups.get(self._find(first))
+            if g is not None and note not in g.checked:
+                g.checked.append(note)
+                g.dirty = True
 
     # -- output ----------------------------------------------------------------------------
     def tick(self, now_ns: int) -> list[Incident]:
@@ -231,7 +276,17 @@ class Correlator:
             if inc is not None and inc.status == "open" and now_ns - g.last_ns >= p.close_after_ns:
                 g.incident = replace(inc, status="closed", closed_ns=now_ns, updated_ns=now_ns)
                 changed.append(g.incident)
+        if self.gate is not None:
+            self._pending.extend(self.gate.due(now_ns))
         return changed
+
+    def suspicion_stats(self) -> dict[str, int]:
+        """The suspicion gate's counters (:class:`SuspicionGate`), plus suspicions dropped
+        because the channel is off."""
+        out = dict(self.gate.stats) if self.gate is not None else {}
+        if self.suspicions_dropped:
+            out["dropped"] = self.suspicions_dropped
+        return out
 
     def _incident(self, g: _Group, obs: Sequence[Observed], d: Diagnosis,
                   now_ns: int) -> Incident | None:

@@ -153,6 +153,7 @@ def run_supervise(*, twin: str, faults: Sequence[str], duration: str, tick: str,
         },
         "checks": [{"kind": k, "resource": r, "start_s": a / NS, "end_s": b / NS}
                    for k, r, a, b in (runner.log if runner is not None else [])],
+        "suspicions": {"count": len(res.suspicions), "gate": res.suspicion_stats},
         "cpu_seconds": res.seconds,
         "cores": round(cpu / duration_s, 4),
     }

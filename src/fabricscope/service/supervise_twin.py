@@ -29,6 +29,7 @@ from fabricscope.diagnosis.incidents import Correlator, CorrelatorParams
 from fabricscope.diagnosis.knowledge import KnowledgeBase, load_kb
 from fabricscope.diagnosis.model import Incident, Observed
 from fabricscope.diagnosis.specialists import Coverage
+from fabricscope.diagnosis.suspicions import is_suspicion
 from fabricscope.fabric.catalog import build_fabric, parse_fabric_spec
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.fabric.io import read_fabric
@@ -190,6 +191,10 @@ class LoopResult:
     duration_s: float
     seconds: dict[str, float] = field(default_factory=dict)
     timeline: list[tuple[int, list[tuple[str, str]]]] = field(default_factory=list)
+    #: The instruments' suspicions (:mod:`fabricscope.diagnosis.suspicions`; never evidence,
+    #: kept apart from ``findings``) and the suspicion gate's counters.
+    suspicions: list[Observed] = field(default_factory=list)
+    suspicion_stats: dict[str, int] = field(default_factory=dict)
 
     def predicted(self) -> list[tuple[str, str]]:
         """Every (resource, type) the opened incidents name at the end."""
@@ -320,8 +325,11 @@ def run_loop(spec: ScenarioSpec, instruments: Sequence[Instrument], *,
 
     ``checks``: a runner for the coordinator's active checks (``TwinChecks(spec)`` on the
     twin); None: passive evidence only. ``findings``: the instruments' findings of an earlier
-    run of the same scenario (the instruments are then not run again). ``cases``: the case
-    base the coordinator consults (None: none).
+    run of the same scenario (the instruments are then not run again; pass its suspicions
+    too, ``res.findings + res.suspicions``, for the suspicion channel). ``cases``: the case
+    base the coordinator consults (None: none). Suspicions are answered by checks only with
+    ``checks`` and ``params.suspicions`` set (the default); the result keeps them apart from
+    the findings.
     """
     kb = kb or load_kb()
     secs: dict[str, float] = {}
@@ -342,29 +350,32 @@ def run_loop(spec: ScenarioSpec, instruments: Sequence[Instrument], *,
     timeline, ticks = replay(found, _CoordinatorSide(corr, on_change), checks,
                              tick_ns=int(tick_s * NS), end_ns=int(spec.duration_s * NS))
     secs["correlate"] = round(time.process_time() - t0, 3)  # with the checks' backend
-    return LoopResult(corr.incidents(), found, corr.named_at(), ticks, spec.duration_s, secs,
-                      timeline)
+    alarms = [o for o in found if not is_suspicion(o)]
+    return LoopResult(corr.incidents(), alarms, corr.named_at(), ticks, spec.duration_s, secs,
+                      timeline, [o for o in found if is_suspicion(o)], corr.suspicion_stats())
 
 
 INSTRUMENTS: tuple[str, ...] = ("telemetry", "probe", "straggler", "optics")
 
 
-def default_instruments(names: Sequence[str] = INSTRUMENTS) -> list[Instrument]:
-    """The instruments by name, with their default settings."""
+def default_instruments(names: Sequence[str] = INSTRUMENTS, *,
+                        suspicions: bool = True) -> list[Instrument]:
+    """The instruments by name, with their default settings; ``suspicions``: the probe and
+    telemetry, probe and optics instruments also publish suspicions (:mod:`fabricscope.diagnosis.suspicions`)."""
     out: list[Instrument] = []
     for n in names:
         if n == "telemetry":
             from fabricscope.service.instruments.telemetry import TelemetryInstrument
-            out.append(TelemetryInstrument())
+            out.append(TelemetryInstrument(suspicions=suspicions))
         elif n == "probe":
             from fabricscope.service.instruments.probe import ProbeInstrument
-            out.append(ProbeInstrument())
+            out.append(ProbeInstrument(suspicions=suspicions))
         elif n == "straggler":
             from fabricscope.service.instruments.straggler import StragglerInstrument
             out.append(StragglerInstrument())
         elif n == "optics":
             from fabricscope.service.instruments.optics import OpticsInstrument
-            out.append(OpticsInstrument())
+            out.append(OpticsInstrument(suspicions=suspicions))
         else:
             raise ConfigError(f"--instruments: unknown {n!r}; choose from {', '.join(INSTRUMENTS)}")
     return out

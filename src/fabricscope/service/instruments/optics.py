@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fabricscope.diagnosis.model import Observed
+from fabricscope.diagnosis.suspicions import suspicion
 from fabricscope.model.errors import ConfigError
 from fabricscope.optics.dom import DomDetector, DomThresholds
 from fabricscope.service.instruments import ScenarioSpec
@@ -32,7 +33,7 @@ from fabricscope.service.instruments.telemetry import twin_faults
 from fabricscope.sim.clock import SimClock
 from fabricscope.twin.state import Twin, TwinConfig
 
-__all__ = ["GRADES", "OpticsInstrument", "dom_grades"]
+__all__ = ["GRADES", "OpticsInstrument", "dom_grades", "own_light_drop"]
 
 NS = 1_000_000_000
 I8 = npt.NDArray[np.int8]
@@ -43,6 +44,20 @@ I8 = npt.NDArray[np.int8]
 #: ``degrading``: an ``optic-degrading`` episode is open; ``failing``: an ``optic-rx-low``
 #: episode is open, or some lane's pre-FEC BER is at the FEC correction limit itself.
 GRADES: tuple[str, ...] = ("good", "watch", "degrading", "failing")
+
+
+def own_light_drop(det: DomDetector, ports: Sequence[str]) -> npt.NDArray[np.float64]:
+    """Each port's worst lane's own light drop below its baseline (dB): the tx drop, or the
+    rx drop its far end's transmitter does not explain (the detector's rule, read from its
+    state without changing it; 0 where unknown)."""
+    rows = det._rows(ports)
+    cur, base, peer = det._cur[rows], det._base[rows], det._peer[rows]
+    with np.errstate(invalid="ignore"):
+        peer_tx_drop = np.where(peer[:, None] >= 0, det._base[peer, 1] - det._cur[peer, 1], 0.0)
+        explained = np.clip(np.nan_to_num(peer_tx_drop, nan=0.0), 0.0, None)
+        own = np.fmax(base[:, 1] - cur[:, 1], base[:, 0] - cur[:, 0] - explained)
+    out: npt.NDArray[np.float64] = np.nan_to_num(own, nan=0.0).max(axis=1)
+    return out
 
 
 def dom_grades(det: DomDetector, ports: Sequence[str]) -> I8:
@@ -87,18 +102,29 @@ class OpticsInstrument:
 
     ``grade`` codes index :data:`GRADES` (:func:`dom_grades`). None (the default) costs
     nothing.
+
+    ``suspicions`` (default off): also publish a suspicion
+    (:mod:`fabricscope.diagnosis.suspicions`) at a round for every port without an open
+    episode whose own light is at least ``suspect_db`` below baseline (default a sixth of
+    the drop threshold, 0.25 dB: twice the worst healthy drift of the twin's modules over an
+    hour at 2,048 GPUs, 0.12 dB) or that is on the *watch* grade (a bad reading the
+    ``k``-in-a-row rule has not confirmed yet), anticipating ``optic-degrading``.
     """
 
     name = "optics"
 
     def __init__(self, interval_s: float = 60.0, thresholds: DomThresholds | None = None, *,
-                 warmup: bool = True,
+                 warmup: bool = True, suspicions: bool = False, suspect_db: float | None = None,
                  observer: Callable[[str, object], None] | None = None) -> None:
         if not interval_s > 0:
             raise ConfigError(f"optics instrument: interval_s: must be > 0, got {interval_s!r}")
         self.interval_s = float(interval_s)
         self.thresholds = thresholds or DomThresholds()
         self.warmup = warmup
+        self.suspicions = suspicions
+        self.suspect_db = float(suspect_db) if suspect_db is not None else self.thresholds.drop_db / 6
+        if not self.suspect_db > 0:
+            raise ConfigError(f"optics instrument: suspect_db: must be > 0, got {suspect_db!r}")
         self.observer = observer
         self.stats: dict[str, int] = {}
 
@@ -124,6 +150,8 @@ class OpticsInstrument:
             found = det.observe(t, ports, twin.field("rx_power_dbm"), twin.field("tx_power_dbm"),
                                 twin.field("pre_fec_ber"))
             out.extend(Observed("optics", f, max(t, 0)) for f in found)
+            if self.suspicions and t >= 0:
+                out.extend(self._suspicions(det, ports, t))
             if self.observer is not None and t >= 0:
                 self.observer("optics", {
                     "t_ns": t, "ports": ports, "rx_dbm": twin.field("rx_power_dbm").copy(),
@@ -132,3 +160,17 @@ class OpticsInstrument:
                     "grade": dom_grades(det, ports)})
         self.stats = {"ports": len(ports), "rounds": last - first + 1, "findings": len(out)}
         return out
+
+    def _suspicions(self, det: DomDetector, ports: Sequence[str], t: int) -> list[Observed]:
+        """Suspicions of the ports suspect after the round at ``t`` (class doc)."""
+        grade = dom_grades(det, ports)
+        drop = own_light_drop(det, ports)
+        rows = np.flatnonzero((grade == 1) | ((grade == 0) & (drop >= self.suspect_db)))
+        th = self.thresholds
+        return [suspicion("optics", "optic-degrading", ports[i], t, (t, t),
+                          statistic="own light drop", value=float(drop[i]), early=self.suspect_db,
+                          alarm=th.drop_db,
+                          evidence=f"own light {float(drop[i]):.2f} dB below baseline (suspect: >= "
+                          f"{self.suspect_db:.2f} dB, or one bad reading of the {th.k} in a row "
+                          f"the detector needs)")
+                for i in rows.tolist()]

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fabricscope.diagnosis.model import Observed, finding_id
+from fabricscope.diagnosis.suspicions import suspicion
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.model.errors import ConfigError
 from fabricscope.model.records import Finding
@@ -180,6 +181,12 @@ class ProbeInstrument:
         destination NIC) counts of the probes whose outcome became known since the last
         step (see :func:`pair_counts`); each probe is counted once. None (the default)
         costs nothing.
+    suspicions:
+        Also publish a suspicion (:mod:`fabricscope.diagnosis.suspicions`) for every finding
+        the analysis makes in a window that the tracker has not opened (yet): the first
+        window that blames a link, before ``open_after`` windows have confirmed it (or with
+        a score below the tracker's ``open_score``), anticipating that finding's kind.
+        Default off.
     """
 
     name = "probe"
@@ -188,7 +195,7 @@ class ProbeInstrument:
                  background_loss: float = 1e-5, *, window_s: float = 30.0,
                  epoch_s: float | None = None, mesh_seed: int = 0, warmup_s: float = 10.0,
                  method: str = "map", open_after: int = 2, close_after: int = 3,
-                 refresh_s: float = 30.0,
+                 refresh_s: float = 30.0, suspicions: bool = False,
                  observer: Callable[[str, object], None] | None = None) -> None:
         for field_name, value in (("rate_pps", rate_pps), ("step_s", step_s),
                                   ("window_s", window_s), ("warmup_s", warmup_s)):
@@ -211,6 +218,7 @@ class ProbeInstrument:
         self.open_after = int(open_after)
         self.close_after = int(close_after)
         self.refresh_s = float(refresh_s)
+        self.suspicions = suspicions
         self.observer = observer
 
     def prepared(self, fabric: Fabric) -> tuple[TwinMesh, Baseline]:
@@ -276,7 +284,10 @@ class ProbeInstrument:
             window = _concat(chunks, lo, known) if chunks else None
             findings = analyze(spec.fabric, mesh.model, window, baseline, method=self.method) \
                 if window is not None and len(window) else []
-            for f in tracker.update(findings, t):
+            opened = tracker.update(findings, t)
+            if self.suspicions:
+                out.extend(self._suspicions(findings, tracker, reported, t, lo))
+            for f in opened:
                 key = (f.kind, f.subject)
                 if key in reported:
                     # still open: refresh it every refresh_s under the same id (same kind,
@@ -292,4 +303,20 @@ class ProbeInstrument:
                 last_refresh[key] = t
                 out.append(Observed("probe", reported[key], t))
             t += step_ns
+        return out
+
+    def _suspicions(self, findings: Sequence[Finding], tracker: FindingTracker,
+                    reported: dict[tuple[str, str], Finding], t: int, lo: int) -> list[Observed]:
+        """Suspicions at step ``t``: what this window's analysis blames that the tracker
+        has not opened."""
+        out: list[Observed] = []
+        for f in findings:
+            key = (f.kind, f.subject)
+            if key in tracker.open or key in reported:
+                continue
+            out.append(suspicion(
+                "probe", f.kind, f.subject, t, (lo, t), statistic="window localization",
+                value=float(f.score), early=0.0, alarm=float(tracker.open_score),
+                evidence=f"{f.kind} on {f.subject} in one window (score {f.score:.2f}); the "
+                f"tracker opens after {tracker.open_after} windows at >= {tracker.open_score}"))
         return out

@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fabricscope.diagnosis.model import Observed, finding_id
+from fabricscope.diagnosis.suspicions import suspicion
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.fabric.routing import Routing
 from fabricscope.model.errors import ConfigError
@@ -41,6 +42,7 @@ from fabricscope.telemetry.detectors import (
     FlapDetector,
     MicroBurstDetector,
     default_detectors,
+    port_of,
 )
 from fabricscope.telemetry.paths import GPath, match, parse_path, schema_name, tags_of
 from fabricscope.twin.state import Twin, TwinConfig, background_load
@@ -284,6 +286,48 @@ class _LinkCounters:
         return link_rates(self.fabric, prev, cur, twin.field("oper_up"), t0, t_ns)
 
 
+class _EarlyQueue:
+    """A first-sample queue rise below the micro-burst detector's thresholds: a queue-3
+    watermark >= ``1 / 16`` of its ``watermark_bytes`` or an ECN-mark rate >= ``1 / 100`` of
+    its ``ecn_rate`` over the last sample interval (a healthy queue at the twin's background
+    load marks nothing and peaks at a few kB), published as a suspicion that anticipates
+    ``micro-burst``."""
+
+    def __init__(self, det: MicroBurstDetector, interval_ns: int) -> None:
+        self.wm_alarm, self.ecn_alarm = float(det.watermark_bytes), float(det.ecn_rate)
+        self.wm_early, self.ecn_early = self.wm_alarm / 16, self.ecn_alarm / 100
+        self.interval_ns = interval_ns
+        self._ecn: dict[tuple[str, str], float] = {}
+
+    def __call__(self, events: Sequence[TelemetryEvent], t: int,
+                 alarmed: frozenset[str] = frozenset()) -> list[Observed]:
+        """Suspicions of this sample's events (none on a port in ``alarmed``: the ports a
+        detector reported at this sample)."""
+        out: list[Observed] = []
+        for e in events:
+            leaf = e.name.rsplit("/", 1)[-1]
+            if leaf not in ("watermark-bytes", "ecn-marked-pkts") or isinstance(e.value, str):
+                continue
+            v = float(e.value)
+            port = port_of(e)
+            if leaf == "ecn-marked-pkts":
+                key = (e.target, port)
+                prev = self._ecn.get(key)
+                self._ecn[key] = v
+                if prev is None or v <= prev:
+                    continue
+                value, early, alarm = (v - prev) * NS / self.interval_ns, self.ecn_early, self.ecn_alarm
+                stat = "ECN marks/s"
+            else:
+                value, early, alarm, stat = v, self.wm_early, self.wm_alarm, "watermark bytes"
+            if early <= value < alarm and port not in alarmed:
+                out.append(suspicion("telemetry", "micro-burst", port, t, (t - self.interval_ns, t),
+                                     statistic=stat, value=value, early=early, alarm=alarm,
+                                     evidence=f"{stat} {value:.0f} on {port}: >= {early:.0f}, "
+                                     f"below the detector's {alarm:.0f}"))
+        return out
+
+
 class TelemetryInstrument:
     """Switch telemetry of the twin through the production detectors, on the simulated clock.
 
@@ -315,6 +359,10 @@ class TelemetryInstrument:
     Oper-status (ON_CHANGE) is checked at every sample: the twin's state is defined at its
     steps, so a flap faster than the interval shows in ``carrier-transitions``, not in
     oper-status. Deterministic for a seed.
+
+    ``suspicions`` (default off): also publish suspicions
+    (:mod:`fabricscope.diagnosis.suspicions`) for a queue that rose below the micro-burst
+    detector's thresholds at a sample (:class:`_EarlyQueue`).
     """
 
     name = "telemetry"
@@ -323,7 +371,7 @@ class TelemetryInstrument:
                  heartbeat_intervals: int = 6,
                  detectors: Callable[[], DetectorSet] | None = None, *,
                  on_events: Callable[[Sequence[TelemetryEvent]], None] | None = None,
-                 refresh_s: float = 30.0,
+                 refresh_s: float = 30.0, suspicions: bool = False,
                  observer: Callable[[str, object], None] | None = None) -> None:
         if not interval_s > 0:
             raise ConfigError(f"telemetry instrument: interval_s: must be > 0, got {interval_s!r}")
@@ -339,6 +387,7 @@ class TelemetryInstrument:
         self.detectors = detectors or self._default_detectors
         self.on_events = on_events
         self.refresh_s = float(refresh_s)
+        self.suspicions = suspicions
         self.observer = observer
         self.stats: dict[str, int] = {}
 
@@ -406,6 +455,8 @@ class TelemetryInstrument:
         n_samples = round(spec.duration_s * NS) // interval_ns
         observer = self.observer
         counters = _LinkCounters(twin) if observer is not None else None
+        mb = next((d for d in detectors.detectors if isinstance(d, MicroBurstDetector)), None)
+        early = _EarlyQueue(mb, interval_ns) if self.suspicions and mb is not None else None
         for k in range(n_samples + 1):
             t = k * interval_ns
             clock.set(t)
@@ -431,6 +482,8 @@ class TelemetryInstrument:
                     observer("links", rates)
             new = detectors(events)
             out.extend(Observed("telemetry", f, t) for f in new)
+            if early is not None:  # the first sample seeds the ECN counters
+                out.extend(early(events, t, frozenset(f.subject for f in new)))
             for f in new:
                 first.setdefault((f.kind, f.subject), f)
             out.extend(self._refreshes(detectors, first, refreshed, t))
