@@ -22,7 +22,6 @@ from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
-from scipy.stats import binom
 
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.model.errors import ConfigError
@@ -351,6 +350,10 @@ def _host_verdicts(fabric: Fabric, cnt: npt.NDArray[Any], above: npt.NDArray[Any
     """The starved hosts among per-host counts: more than half of at least ``min_samples``
     answers above the threshold (so the median is above it, no sort needed)."""
     cand = np.flatnonzero((above * 2 > cnt) & (cnt >= min_samples))
+    if not cand.size:
+        return []
+    from scipy.stats import binom  # only with a suspect host: scipy.stats costs ~1 s to import
+
     t0, t1 = window
     out: list[Finding] = []
     n_seen = int(np.count_nonzero(cnt))

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 from scipy.sparse import csr_matrix, diags, vstack
-from scipy.stats import chi2
+from scipy.special import chdtrc, chdtri
 
 from fabricscope.fabric.inventory import Fabric, port_device
 from fabricscope.fabric.routing import PathTable, SprayTable
@@ -554,7 +554,7 @@ def describe_set(fabric: Fabric, cands: Sequence[Candidate]) -> tuple[str, str]:
 
 
 def _score(llr: float, n_tests: int) -> float:
-    return float(max(0.0, 1.0 - n_tests * chi2.sf(2.0 * max(llr, 0.0), 1)))
+    return float(max(0.0, 1.0 - n_tests * chdtrc(1, 2.0 * max(llr, 0.0))))
 
 
 def localize_map(
@@ -586,7 +586,7 @@ def localize_map(
     Xc = X.tocoo()
     C = model.n_components
     n_tests = int(np.count_nonzero(D))
-    tau = 0.5 * float(chi2.isf(alpha / max(n_tests, 1), 1))
+    tau = 0.5 * float(chdtri(1, alpha / max(n_tests, 1)))
 
     chosen: list[int] = []
     p = np.zeros(0)
@@ -637,7 +637,7 @@ def localize_map(
             # component that, with the split left free per origin NIC (grouped_gains),
             # explains the losses about as well as the set's best member does under the
             # same freedom (a likelihood-ratio test at 1 - level cannot prefer that member).
-            tol = 0.5 * float(chi2.isf(1.0 - level, 1))
+            tol = 0.5 * float(chdtri(1, 1.0 - level))
             inset = {j for j, _ in cset}
             ref = float(robust[cset[0][0]])
             extra = [int(j) for j in np.flatnonzero(robust >= ref - tol) if int(j) not in inset]
