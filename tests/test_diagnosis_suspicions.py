@@ -26,6 +26,7 @@ from fabricscope.service.instruments.optics import OpticsInstrument
 from fabricscope.service.instruments.telemetry import TelemetryInstrument
 from fabricscope.service.supervise_twin import _CoordinatorSide, replay, run_loop
 from fabricscope.sim.faults import Fault
+from test_diagnosis_checks import _uplink
 from test_diagnosis_core import COV
 
 NS = 1_000_000_000
@@ -34,10 +35,6 @@ NS = 1_000_000_000
 @pytest.fixture(scope="module")
 def fabric() -> Fabric:
     return rail_optimized_fabric(8)
-
-
-def _uplink(fabric: Fabric) -> str:
-    return [lk for lk in fabric.links if "spine" in lk.b][3].id
 
 
 def _leaf_port(cable: str) -> str:

@@ -17,12 +17,11 @@ import numpy as np
 import pytest
 
 from cli_inprocess import run_main
-from fabricscope.fabric.builders import leaf_spine_fabric
 from fabricscope.service.sim_plots_transport import pause_hops, watch_run
-from fabricscope.sim.flows import FlowSpec, Workload
 from fabricscope.sim.scenario import prepare, scenario_from_flags
 from fabricscope.sim.transport import BufferConfig, FluidTransport, PfcConfig, TransportConfig
 from fabricscope.sim.transport.config import transport_config_from_flags
+from test_transport_pfc import _storm_setup
 
 _INCAST = ("--topo", "leaf-spine:leaves=4,hosts_per_leaf=4,spines=2", "--workload", "incast:size=2MB,senders=12")
 _PNG = b"\x89PNG\r\n\x1a\n"
@@ -154,17 +153,7 @@ def test_a_watched_run_gives_the_same_results_in_bounded_memory() -> None:
 
 
 def test_storm_hops_start_at_the_stuck_receiver_and_first_pauses_match_fine_stepping() -> None:
-    fab = leaf_spine_fabric(leaves=3, hosts_per_leaf=2, spines=2)
-    nics = [n.id for n in fab.nics]
-    stuck = nics[0]
-    flows = [FlowSpec(0, nics[2], stuck, 50e6), FlowSpec(1, nics[4], stuck, 50e6)]
-    k = 2
-    for i in range(1, len(nics)):
-        for j in range(1, len(nics)):
-            if i // 2 != j // 2:
-                flows.append(FlowSpec(k, nics[i], nics[j], 50e6))
-                k += 1
-    wl = Workload("storm", tuple(flows))
+    fab, wl, stuck = _storm_setup()  # the stuck receiver and its victims, as test_transport_pfc
     cfg = TransportConfig(cc="none", pfc=PfcConfig(enabled=True), buffer=BufferConfig(size_bytes=4e6),
                           max_time_ns=0.4e6)
     # Reference: first pause seen when stepping 1 us at a time (as test_transport_pfc does).
