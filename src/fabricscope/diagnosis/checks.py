@@ -1,8 +1,8 @@
 """Active checks: what a specialist asks a source to measure now, what it costs, what it decides.
 
 A *check* is a concrete action against a source (issue 15): here a gNMI Get of one resource's
-switch ports (counters twice, a second apart, for rates; the negotiated speed) or an on-demand
-transceiver (DOM) read. Each :class:`CheckKind` decides a fixed set of knowledge-base symptoms
+switch ports (counters twice, a second apart, for rates; the negotiated speed), an on-demand
+transceiver (DOM) read, or a burst of targeted probes toward a suspect host. Each :class:`CheckKind` decides a fixed set of knowledge-base symptoms
 on the resource it reads: the symptom is *present* (the check returns a finding, the same kind
 and subject the passive detector would report) or *absent* (decided: its absence is evidence
 now, without waiting for the passive instrument's polling interval,
@@ -42,6 +42,11 @@ COUNTER_GAP_NS = 1 * NS
 #: An on-demand transceiver read: the module's EEPROM pages over I2C (ethtool -m on a QSFP /
 #: OSFP module takes a few hundred ms; the periodic DOM poll is every 60 s); 500 ms.
 DOM_READ_NS = 500 * MS
+#: A burst of targeted probes toward a suspect host: its mesh peers send a few probes each
+#: over 500 ms (a few hundred probes, well under the prober's rate limits), and a probe's
+#: outcome is known when its reply arrives or the prober's reply timeout (1 s) has passed.
+PROBE_BURST_NS = 500 * MS
+PROBE_TIMEOUT_NS = 1 * NS
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +58,7 @@ class CheckKind:
     decides: frozenset[str]
     latency_ns: int
     how: str
+    resources: frozenset[str] = frozenset({"cable", "port"})
 
 
 CHECK_KINDS: Mapping[str, CheckKind] = {
@@ -70,10 +76,16 @@ CHECK_KINDS: Mapping[str, CheckKind] = {
     "dom": CheckKind(
         "dom", "optics", frozenset({"optic-degrading", "optic-rx-low"}), DOM_READ_NS,
         "ethtool -m IF (or the OpenConfig transceiver leaves): rx / tx power per lane"),
+    "probe-burst": CheckKind(
+        "probe-burst", "probe", frozenset({"cpu-starved"}),
+        PROBE_BURST_NS + PROBE_TIMEOUT_NS,
+        "a 500 ms burst of probes from the suspect host's mesh peers (their probe agents) "
+        "toward its NICs: responder times far above the baseline = CPU starvation",
+        frozenset({"host"})),
 }
 
-#: Resource kinds a check can read (the backends read the ports of a cable or a port).
-CHECKABLE: frozenset[str] = frozenset({"cable", "port"})
+#: Resource kinds some check can read (the ports of a cable or a port; a host's responders).
+CHECKABLE: frozenset[str] = frozenset().union(*(c.resources for c in CHECK_KINDS.values()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,12 +148,12 @@ class CheckRunner(Protocol):
 
 def kinds_for(ft: FaultType) -> tuple[str, ...]:
     """The check kinds that decide an ``at: self`` symptom of ``ft`` (:data:`CHECK_KINDS`
-    order), when ``ft``'s resource kind is checkable."""
+    order) and read ``ft``'s resource kind."""
     if ft.resource not in CHECKABLE:
         return ()
     keys = {s.key for s in ft.symptoms if s.at == "self"}
     return tuple(k for k, c in CHECK_KINDS.items()
-                 if any((c.signal, f) in keys for f in c.decides))
+                 if ft.resource in c.resources and any((c.signal, f) in keys for f in c.decides))
 
 
 def undecided(ft: FaultType, kind: str, known: Iterable[tuple[str, str]]) -> bool:

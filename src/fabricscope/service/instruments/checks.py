@@ -21,23 +21,40 @@ production detectors' thresholds:
 * ``dom`` (both ends' modules): a lane's own light (tx, or rx not explained by the far end's
   transmitter) >= ``drop_db`` below the reading of the scenario's start (the optics store's
   history) is ``optic-degrading``, rx below ``rx_low_dbm`` ``optic-rx-low``
-  (``DomDetector``'s rules, :mod:`fabricscope.optics.dom`).
+  (``DomDetector``'s rules, :mod:`fabricscope.optics.dom`);
+* ``probe-burst`` (a host): the host's mesh peers send ``BURST_PROBES`` probes over 500 ms
+  along their planned flows toward its NICs, through the probe instrument's twin transport
+  (its own random stream), and the production probe analysis
+  (:func:`~fabricscope.probe.analysis.analyze`, with the instrument's baseline) judges the
+  burst alone: ``cpu-starved`` on the host, as the passive instrument would report it. It
+  decides only with at least ``BURST_MIN_ANSWERS`` answered probes (the analysis' own
+  ``min_samples``). A burst toward one NIC does not decide ``nic-fault``: every probe of it
+  crosses the NIC and its leaf alike, so the analysis calls it ambiguous (measured; the
+  mesh's other flows are what separate them).
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping, Sequence
 
-from fabricscope.diagnosis.checks import CHECK_KINDS, CheckOutcome, CheckRequest
+import numpy as np
+
+from fabricscope.diagnosis.checks import CHECK_KINDS, PROBE_BURST_NS, CheckOutcome, CheckRequest
 from fabricscope.diagnosis.graph import ResourceMap
 from fabricscope.diagnosis.model import Observed
 from fabricscope.fabric.inventory import port_device
 from fabricscope.model.errors import ConfigError
 from fabricscope.model.records import Finding
 from fabricscope.optics.dom import DomThresholds
+from fabricscope.probe.analysis import Baseline, Observations, analyze
 from fabricscope.service.instruments import ScenarioSpec
+from fabricscope.service.instruments.probe import ProbeInstrument, probe_faults
 from fabricscope.service.instruments.telemetry import TelemetryInstrument
+from fabricscope.service.probe_twin import TwinMesh, to_observations
 from fabricscope.sim.clock import SimClock
+from fabricscope.sim.faults import FaultSchedule
+from fabricscope.twin.probe_transport import ProbeTransport
 from fabricscope.twin.state import Twin, TwinLeaf
 
 __all__ = ["TwinChecks"]
@@ -47,6 +64,12 @@ ERROR_MIN = 1.0
 PAUSE_RATE = 10_000.0
 ECN_RATE = 500.0
 QUEUE_BYTES = 1e6
+#: A probe burst: this many probes over at most ``BURST_FLOWS`` of the suspect's planned flows.
+BURST_FLOWS = 64
+BURST_PROBES = 256
+#: Least evidence for a decision: answered probes toward the host (``host_findings``'
+#: ``min_samples``).
+BURST_MIN_ANSWERS = 10
 _COUNTER_LEAVES = ("in-errors", "in-fcs-errors", "out-discards", "out-mac-pause-frames",
                    "in-mac-pause-frames", "ecn-marked-pkts", "depth-bytes", "oper-status")
 
@@ -59,8 +82,12 @@ class TwinChecks:
     """
 
     def __init__(self, spec: ScenarioSpec, *, telemetry: TelemetryInstrument | None = None,
-                 dom: DomThresholds | None = None) -> None:
+                 dom: DomThresholds | None = None, probe: ProbeInstrument | None = None) -> None:
+        self.spec = spec
         self.fabric = spec.fabric
+        self._probe_ins = probe
+        self._probe: tuple[TwinMesh, Baseline, ProbeTransport] | None = None
+        self._burst: dict[CheckRequest, Observations] = {}
         self.rmap = ResourceMap(spec.fabric)
         self.clock = SimClock(0)
         ins = telemetry or TelemetryInstrument()
@@ -122,6 +149,8 @@ class TwinChecks:
         if request.kind == "port-counters":
             self._first[request] = {p: list(self._get(p, _COUNTER_LEAVES).values())
                                     for p in self._switch_ports(request.resource)}
+        elif request.kind == "probe-burst":
+            self._burst[request] = self._send_burst(request)
         done = request.requested_ns + kind.latency_ns
         self._done[request] = done
         return done
@@ -135,7 +164,60 @@ class TwinChecks:
             return self._counters(request, done)
         if request.kind == "port-speed":
             return self._speed(request, done)
+        if request.kind == "probe-burst":
+            return self._judge_burst(request, done)
         return self._dom(request, done)
+
+    # -- probe bursts -----------------------------------------------------------------------
+    def _probes(self) -> tuple[TwinMesh, Baseline, ProbeTransport]:
+        """The probe instrument's mesh and baseline, and a transport of this scenario's faults
+        with its own random stream (built on the first burst)."""
+        if self._probe is None:
+            ins = self._probe_ins or ProbeInstrument()
+            mesh, base = ins.prepared(self.fabric)
+            tr = mesh.transport_for(FaultSchedule.of(probe_faults(self.spec.faults)),
+                                    self.spec.seed + 7919, background_loss=ins.background_loss)
+            self._probe = (mesh, base, tr)
+        return self._probe
+
+    def _host_nodes(self, resource: str) -> list[int]:
+        """The node indices of host ``resource``'s NICs (none: not a host)."""
+        ix = self.fabric.index
+        return [ix.node_of[n.id] for n in self.fabric.nics_of_host.get(resource, ())]
+
+    def _send_burst(self, request: CheckRequest) -> Observations:
+        """``BURST_PROBES`` probes over the planned flows toward the host's NICs, spread over
+        ``PROBE_BURST_NS`` from the request."""
+        mesh, _base, tr = self._probes()
+        fl = mesh.flows
+        idx = np.flatnonzero(np.isin(fl.dst_node, self._host_nodes(request.resource)))
+        if idx.size > BURST_FLOWS:  # spread over the peers, deterministically per suspect
+            rng = np.random.default_rng(zlib.crc32(request.resource.encode()) + self.spec.seed)
+            idx = np.sort(rng.choice(idx, BURST_FLOWS, replace=False))
+        per = -(-BURST_PROBES // max(idx.size, 1))
+        n = idx.size * per
+        flow = np.repeat(idx, per)
+        ts = request.requested_ns + (np.arange(n, dtype=np.int64) * PROBE_BURST_NS) // max(n, 1)
+        return to_observations(tr.carry(flow, ts), fl)
+
+    def _judge_burst(self, request: CheckRequest, done: int) -> CheckOutcome:
+        obs = self._burst.pop(request)
+        mesh, base, _tr = self._probes()
+        answered = int(np.count_nonzero(obs.t_recv_ns >= 0))
+        want = "cpu-starved"
+        enough = answered >= BURST_MIN_ANSWERS
+        present: list[Observed] = []
+        found = analyze(self.fabric, mesh.model, obs, base) if enough else []
+        for f in found:
+            if f.kind == want and f.subject == request.resource:
+                present.append(self._finding(request, want, f.subject, f.score,
+                                             "; ".join(f.evidence) or want, done,
+                                             {k: v for k, v in f.details.items()
+                                              if isinstance(v, int | float | str)}, "probe"))
+        detail = (f"{len(obs)} probes toward {request.resource}, {answered} answered; analysis: "
+                  + (", ".join(f"{f.kind} {f.subject}" for f in found[:4]) or "nothing"))
+        decided = (("probe", want),) if enough else ()
+        return CheckOutcome(request, done, tuple(present), decided, (request.resource,), detail)
 
     # -- judgements ------------------------------------------------------------------------------
     def _finding(self, request: CheckRequest, kind: str, subject: str, score: float, ev: str,

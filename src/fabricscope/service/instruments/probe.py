@@ -22,7 +22,7 @@ from fabricscope.diagnosis.suspicions import suspicion
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.model.errors import ConfigError
 from fabricscope.model.records import Finding
-from fabricscope.probe.analysis import Baseline, Observations, analyze
+from fabricscope.probe.analysis import Baseline, Observations, analyze, host_findings
 from fabricscope.probe.localize import FindingTracker
 from fabricscope.service.instruments import ScenarioSpec
 from fabricscope.service.probe_twin import (
@@ -185,8 +185,10 @@ class ProbeInstrument:
         Also publish a suspicion (:mod:`fabricscope.diagnosis.suspicions`) for every finding
         the analysis makes in a window that the tracker has not opened (yet): the first
         window that blames a link, before ``open_after`` windows have confirmed it (or with
-        a score below the tracker's ``open_score``), anticipating that finding's kind.
-        Default off.
+        a score below the tracker's ``open_score``), anticipating that finding's kind; and
+        for a host whose responders are slow in the newest step's probes alone (the CPU
+        starvation rule of :func:`~fabricscope.probe.analysis.host_findings` on ``step_s``
+        of probes, before the sliding window's median has moved). Default off.
     """
 
     name = "probe"
@@ -269,10 +271,12 @@ class ProbeInstrument:
         t = step_ns
         while t <= duration_ns:
             known = t - timeout_ns  # a probe sent before this has its outcome by t
+            fresh: Observations | None = None
             if known > sent_to:
                 flow, ts = agents.between(sent_to, known)
                 if flow.size:
                     chunks.append(to_observations(transport.carry(flow, ts), mesh.flows))
+                    fresh = chunks[-1]
                     if observer is not None:
                         observer("probes", pair_counts(chunks[-1], mesh.flows, nodes, t_ns=t,
                                                        t0_ns=sent_to, t1_ns=known,
@@ -287,6 +291,9 @@ class ProbeInstrument:
             opened = tracker.update(findings, t)
             if self.suspicions:
                 out.extend(self._suspicions(findings, tracker, reported, t, lo))
+                if fresh is not None:
+                    out.extend(self._starved_now(spec.fabric, fresh, baseline, findings,
+                                                 tracker, reported, t))
             for f in opened:
                 key = (f.kind, f.subject)
                 if key in reported:
@@ -303,6 +310,25 @@ class ProbeInstrument:
                 last_refresh[key] = t
                 out.append(Observed("probe", reported[key], t))
             t += step_ns
+        return out
+
+    def _starved_now(self, fabric: Fabric, fresh: Observations, baseline: Baseline,
+                     findings: Sequence[Finding], tracker: FindingTracker,
+                     reported: dict[tuple[str, str], Finding], t: int) -> list[Observed]:
+        """Suspicions at step ``t``: hosts CPU-starved in the newest step's probes alone
+        that neither the window's analysis nor the tracker names yet."""
+        named = {(f.kind, f.subject) for f in findings}
+        out: list[Observed] = []
+        for f in host_findings(fabric, fresh, baseline):
+            key = (f.kind, f.subject)
+            if key in named or key in tracker.open or key in reported:
+                continue
+            out.append(suspicion(
+                "probe", f.kind, f.subject, t, f.window, statistic="newest step's responder times",
+                value=float(f.score), early=0.0, alarm=float(tracker.open_score),
+                evidence=f"{f.kind} on {f.subject} in the last {self.step_s:g} s of probes "
+                f"({'; '.join(f.evidence)}); the {self.window_s:g} s window's median has not "
+                f"moved yet"))
         return out
 
     def _suspicions(self, findings: Sequence[Finding], tracker: FindingTracker,

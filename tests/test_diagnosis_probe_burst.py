@@ -1,0 +1,109 @@
+"""Targeted probes as an active check: a burst toward a suspect host decides CPU starvation,
+and the probe instrument's newest-step suspicion gets it checked before the sliding window's
+alarm."""
+
+from __future__ import annotations
+
+import pytest
+
+from fabricscope.diagnosis.checks import CHECK_KINDS, CHECKABLE, kinds_for
+from fabricscope.diagnosis.graph import ResourceMap
+from fabricscope.diagnosis.incidents import CorrelatorParams
+from fabricscope.diagnosis.knowledge import load_kb
+from fabricscope.diagnosis.suspicions import SuspicionGate, is_suspicion, suspicion
+from fabricscope.fabric.builders import rail_optimized_fabric
+from fabricscope.fabric.inventory import Fabric
+from fabricscope.service.instruments import ScenarioSpec
+from fabricscope.service.instruments.checks import BURST_PROBES, TwinChecks
+from fabricscope.service.instruments.probe import ProbeInstrument
+from fabricscope.service.supervise_twin import run_loop
+from fabricscope.sim.faults import Fault
+from test_diagnosis_checks import _run
+
+NS = 1_000_000_000
+
+
+@pytest.fixture(scope="module")
+def fabric() -> Fabric:
+    return rail_optimized_fabric(8)
+
+
+def _starved(host: str, onset_s: float, delay_ns: float = 1e6) -> Fault:
+    return Fault("cpu-starved", host, int(onset_s * NS), None, {"delay_ns": delay_ns})
+
+
+def test_the_burst_check_reads_hosts_and_decides_cpu_starvation() -> None:
+    kb = load_kb()
+    assert "host" in CHECKABLE and CHECK_KINDS["probe-burst"].resources == frozenset({"host"})
+    assert kinds_for(kb.types["cpu-starved-host"]) == ("probe-burst",)
+    # no check decides a GPU or a slow NIC: the gate still drops their suspicions
+    assert kinds_for(kb.types["slow-gpu"]) == () and kinds_for(kb.types["slow-nic"]) == ()
+
+
+@pytest.mark.parametrize("delay_ns", [3e5, 2e6])
+def test_a_burst_sees_a_starved_host_and_clears_a_healthy_one(fabric: Fabric,
+                                                              delay_ns: float) -> None:
+    spec = ScenarioSpec(fabric, [_starved("host0001", 10, delay_ns)], 60, 3)
+    runner = TwinChecks(spec)
+    before = _run(runner, "probe-burst", "host0001", 5)  # before the onset
+    assert before.present == () and before.decided == (("probe", "cpu-starved"),)
+    after = _run(runner, "probe-burst", "host0001", 20)
+    assert [(o.source, o.kind, o.subject) for o in after.present] == [
+        ("probe", "cpu-starved", "host0001")]
+    f = after.present[0].finding
+    assert f.window == (20 * NS, after.done_ns) and f.details["active"] == 1
+    assert f.details["samples"] >= BURST_PROBES * 0.9  # replies of the burst, not the mesh
+    healthy = _run(runner, "probe-burst", "host0002", 25)  # same scenario, another host
+    assert healthy.present == () and healthy.decided == (("probe", "cpu-starved"),)
+    assert [e[0] for e in runner.log] == ["probe-burst"] * 3
+
+
+def test_a_burst_toward_a_host_with_a_faulty_nic_does_not_call_it_starved(fabric: Fabric) -> None:
+    nic = fabric.nic_of_gpu("host0001", 2).id
+    spec = ScenarioSpec(fabric, [Fault("nic-fault", nic, 10 * NS, None, {"loss": 0.1})], 60, 3)
+    out = _run(TwinChecks(spec), "probe-burst", "host0001", 20)
+    assert out.present == () and out.decided == (("probe", "cpu-starved"),)
+
+
+def test_the_gate_answers_a_host_suspicion_with_a_burst(fabric: Fabric) -> None:
+    gate = SuspicionGate(load_kb(), ResourceMap(fabric))
+    s = suspicion("probe", "cpu-starved", "host0003", 30 * NS, (24 * NS, 29 * NS),
+                  statistic="newest step's responder times", value=0.9, early=0.0, alarm=0.99,
+                  evidence="test")
+    assert gate.targets(s) == {"host0003": ("probe-burst",)}
+    gate.offer(s)
+    due = gate.due(30 * NS)
+    assert [(r.kind, r.resource) for r in due] == [("probe-burst", "host0003")]
+
+
+def test_the_instrument_suspects_a_starved_host_before_its_window_alarms(fabric: Fabric) -> None:
+    spec = ScenarioSpec(fabric, [_starved("host0002", 31.0)], 90.0, 4)
+    out = ProbeInstrument(suspicions=True).run(spec)
+    sus = [o for o in out if is_suspicion(o) and o.subject == "host0002"]
+    alarm = [o for o in out if not is_suspicion(o) and o.kind == "cpu-starved"]
+    assert sus and alarm and all(o.subject == "host0002" for o in alarm)
+    first = min(o.reported_ns for o in sus)
+    assert sus[0].finding.details["anticipates"] == "cpu-starved"
+    assert first < alarm[0].reported_ns - 10 * NS  # the window's median moves ~15 s later
+    assert first > 31 * NS  # causal: not before the onset
+    healthy = ProbeInstrument(suspicions=True).run(ScenarioSpec(fabric, [], 90.0, 4))
+    assert not any(is_suspicion(o) or o.kind == "cpu-starved" for o in healthy)
+
+
+@pytest.mark.parametrize(("host", "onset_s", "seed"), [("host0001", 33.3, 1), ("host0003", 47.9, 2)])
+def test_the_loop_names_a_starved_host_from_the_burst_earlier(fabric: Fabric, host: str,
+                                                              onset_s: float, seed: int) -> None:
+    spec = ScenarioSpec(fabric, [_starved(host, onset_s)], 120.0, seed)
+    ins = [ProbeInstrument(suspicions=True)]
+    on = run_loop(spec, ins, checks=TwinChecks(spec))
+    off = run_loop(spec, ins, checks=TwinChecks(spec), findings=on.findings + on.suspicions,
+                   params=CorrelatorParams(suspicions=None))
+    pair = (host, "cpu-starved-host")
+    assert on.predicted() == [pair] and off.predicted() == [pair]
+    t_on, t_off = on.first_named(pair), off.first_named(pair)
+    assert t_on is not None and t_off is not None
+    assert t_on < t_off - 10 * NS
+    assert on.suspicion_stats["confirmed"] == 1 and on.suspicion_stats["limited"] == 0
+    inc = next(i for i in on.incidents if pair in [rc.key for rc in i.root_causes])
+    assert not {o.id for o in on.suspicions} & set(inc.findings)
+    assert any(a.startswith(f"checked: probe-burst on {host} (for a suspicion)") for a in inc.actions)
