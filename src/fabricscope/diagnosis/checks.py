@@ -2,7 +2,8 @@
 
 A *check* is a concrete action against a source (issue 15): here a gNMI Get of one resource's
 switch ports (counters twice, a second apart, for rates; the negotiated speed), an on-demand
-transceiver (DOM) read, or a burst of targeted probes toward a suspect host. Each :class:`CheckKind` decides a fixed set of knowledge-base symptoms
+transceiver (DOM) read, a burst of targeted probes toward a suspect host, or the straggler
+analysis run now on the trace store (a query on the stores). Each :class:`CheckKind` decides a fixed set of knowledge-base symptoms
 on the resource it reads: the symptom is *present* (the check returns a finding, the same kind
 and subject the passive detector would report) or *absent* (decided: its absence is evidence
 now, without waiting for the passive instrument's polling interval,
@@ -47,6 +48,9 @@ DOM_READ_NS = 500 * MS
 #: outcome is known when its reply arrives or the prober's reply timeout (1 s) has passed.
 PROBE_BURST_NS = 500 * MS
 PROBE_TIMEOUT_NS = 1 * NS
+#: The straggler analysis on demand: a query of the trace store's last 32 iterations and one
+#: run of the analysis (~0.1 s CPU for a 128-GPU job, measured), rounded up for the read.
+TRACE_WINDOW_NS = 500 * MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +86,11 @@ CHECK_KINDS: Mapping[str, CheckKind] = {
         "a 500 ms burst of probes from the suspect host's mesh peers (their probe agents) "
         "toward its NICs: responder times far above the baseline = CPU starvation",
         frozenset({"host"})),
+    "trace-window": CheckKind(
+        "trace-window", "straggler", frozenset({"slow-gpu"}), TRACE_WINDOW_NS,
+        "fabricscope straggler analyze TRACES (the job's last 32 completed iterations, now "
+        "rather than at the next scheduled analysis)",
+        frozenset({"gpu"})),
 }
 
 #: Resource kinds some check can read (the ports of a cable or a port; a host's responders).

@@ -280,6 +280,12 @@ class Correlator:
             self._pending.extend(self.gate.due(now_ns))
         return changed
 
+    def answer_suspicions(self, now_ns: int) -> None:
+        """Start the suspicion gate's due checks now (a suspicion reported between ticks
+        need not wait for the next one); :meth:`take_checks` returns them."""
+        if self.gate is not None:
+            self._pending.extend(self.gate.due(now_ns))
+
     def suspicion_stats(self) -> dict[str, int]:
         """The suspicion gate's counters (:class:`SuspicionGate`), plus suspicions dropped
         because the channel is off."""

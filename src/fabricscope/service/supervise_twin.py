@@ -214,6 +214,7 @@ class _Side(Protocol):
     def add(self, findings: Sequence[Observed]) -> None: ...
     def tick(self, now_ns: int) -> list[CheckRequest]: ...
     def outcome(self, out: CheckOutcome, now_ns: int) -> list[CheckRequest]: ...
+    def suspected(self, now_ns: int) -> list[CheckRequest]: ...
     def pairs(self) -> list[tuple[str, str]]: ...
 
 
@@ -234,6 +235,10 @@ class _CoordinatorSide:
     def outcome(self, out: CheckOutcome, now_ns: int) -> list[CheckRequest]:
         self.corr.add_outcome(out)
         return self.tick(now_ns)
+
+    def suspected(self, now_ns: int) -> list[CheckRequest]:
+        self.corr.answer_suspicions(now_ns)
+        return self.corr.take_checks()
 
     def pairs(self) -> list[tuple[str, str]]:
         return sorted({rc.key for inc in self.corr.incidents() if inc.status == "open"
@@ -257,6 +262,9 @@ class TreeSide:
         self.walker.outcome(out)
         return self.walker.step(now_ns)
 
+    def suspected(self, now_ns: int) -> list[CheckRequest]:
+        return []  # the tree reads alarms only
+
     def pairs(self) -> list[tuple[str, str]]:
         return sorted(self.walker.named)
 
@@ -265,13 +273,18 @@ def replay(found: Sequence[Observed], side: _Side, runner: CheckRunner | None, *
            tick_ns: int, end_ns: int) -> tuple[list[tuple[int, list[tuple[str, str]]]], int]:
     """Feed ``found`` (in ``reported_ns`` order) to ``side`` with a tick every ``tick_ns``,
     start the checks it asks for on ``runner`` at once and hand each outcome back at its
-    completion time (between ticks: an answer does not wait for the next tick). Returns the
-    timeline of named (resource, type) pairs and the number of ticks. Both diagnosis
-    procedures of the benchmark run through this one driver, with the same check costs."""
+    completion time (between ticks: an answer does not wait for the next tick). A
+    suspicion reported between two ticks is handed to ``side`` at its report time (its checks
+    start then; the suspicion gate's rate bounds apply), one on a tick with that tick.
+    Returns the timeline of named (resource, type) pairs and the number of ticks. Both
+    diagnosis procedures of the benchmark run through this one driver, with the same check
+    costs."""
     heap: list[tuple[int, int, CheckRequest]] = []
     seq = 0
     i = 0
     timeline: list[tuple[int, list[tuple[str, str]]]] = []
+    sus = sorted({o.reported_ns for o in found if is_suspicion(o) and o.reported_ns % tick_ns})
+    k = 0
 
     def launch(reqs: Sequence[CheckRequest]) -> None:
         nonlocal seq
@@ -298,12 +311,21 @@ def replay(found: Sequence[Observed], side: _Side, runner: CheckRunner | None, *
     ticks = 0
     now = tick_ns
     while now <= end_ns:
-        while heap and heap[0][0] <= now:
-            t, _, req = heapq.heappop(heap)
-            assert runner is not None
-            feed(t)
-            launch(side.outcome(runner.finish(req), t))
-            record(t)
+        while True:
+            t_sus = sus[k] if k < len(sus) and sus[k] < now else None
+            if heap and heap[0][0] <= now and (t_sus is None or heap[0][0] <= t_sus):
+                t, _, req = heapq.heappop(heap)
+                assert runner is not None
+                feed(t)
+                launch(side.outcome(runner.finish(req), t))
+                record(t)
+            elif t_sus is not None:
+                k += 1
+                feed(t_sus)
+                launch(side.suspected(t_sus))
+                record(t_sus)
+            else:
+                break
         feed(now)
         launch(side.tick(now))
         record(now)
@@ -360,8 +382,8 @@ INSTRUMENTS: tuple[str, ...] = ("telemetry", "probe", "straggler", "optics")
 
 def default_instruments(names: Sequence[str] = INSTRUMENTS, *,
                         suspicions: bool = True) -> list[Instrument]:
-    """The instruments by name, with their default settings; ``suspicions``: the probe and
-    telemetry, probe and optics instruments also publish suspicions (:mod:`fabricscope.diagnosis.suspicions`)."""
+    """The instruments by name, with their default settings; ``suspicions``: every
+    instrument also publishes suspicions (:mod:`fabricscope.diagnosis.suspicions`)."""
     out: list[Instrument] = []
     for n in names:
         if n == "telemetry":
@@ -372,7 +394,7 @@ def default_instruments(names: Sequence[str] = INSTRUMENTS, *,
             out.append(ProbeInstrument(suspicions=suspicions))
         elif n == "straggler":
             from fabricscope.service.instruments.straggler import StragglerInstrument
-            out.append(StragglerInstrument())
+            out.append(StragglerInstrument(suspicions=suspicions))
         elif n == "optics":
             from fabricscope.service.instruments.optics import OpticsInstrument
             out.append(OpticsInstrument(suspicions=suspicions))

@@ -30,7 +30,11 @@ production detectors' thresholds:
   decides only with at least ``BURST_MIN_ANSWERS`` answered probes (the analysis' own
   ``min_samples``). A burst toward one NIC does not decide ``nic-fault``: every probe of it
   crosses the NIC and its leaf alike, so the analysis calls it ambiguous (measured; the
-  mesh's other flows are what separate them).
+  mesh's other flows are what separate them);
+* ``trace-window`` (a GPU of the job): the straggler instrument's production analysis run
+  now on the job's last 32 iterations completed at the request time (the trace store's,
+  shared with the instrument), instead of at its next scheduled analysis: ``slow-gpu`` when
+  it names the GPU. It decides only for a GPU the job uses, with >= 2 iterations done.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from fabricscope.optics.dom import DomThresholds
 from fabricscope.probe.analysis import Baseline, Observations, analyze
 from fabricscope.service.instruments import ScenarioSpec
 from fabricscope.service.instruments.probe import ProbeInstrument, probe_faults
+from fabricscope.service.instruments.straggler import StragglerInstrument
 from fabricscope.service.instruments.telemetry import TelemetryInstrument
 from fabricscope.service.probe_twin import TwinMesh, to_observations
 from fabricscope.sim.clock import SimClock
@@ -82,8 +87,10 @@ class TwinChecks:
     """
 
     def __init__(self, spec: ScenarioSpec, *, telemetry: TelemetryInstrument | None = None,
-                 dom: DomThresholds | None = None, probe: ProbeInstrument | None = None) -> None:
+                 dom: DomThresholds | None = None, probe: ProbeInstrument | None = None,
+                 straggler: StragglerInstrument | None = None) -> None:
         self.spec = spec
+        self._straggler = straggler
         self.fabric = spec.fabric
         self._probe_ins = probe
         self._probe: tuple[TwinMesh, Baseline, ProbeTransport] | None = None
@@ -166,6 +173,8 @@ class TwinChecks:
             return self._speed(request, done)
         if request.kind == "probe-burst":
             return self._judge_burst(request, done)
+        if request.kind == "trace-window":
+            return self._trace_window(request, done)
         return self._dom(request, done)
 
     # -- probe bursts -----------------------------------------------------------------------
@@ -217,6 +226,23 @@ class TwinChecks:
         detail = (f"{len(obs)} probes toward {request.resource}, {answered} answered; analysis: "
                   + (", ".join(f"{f.kind} {f.subject}" for f in found[:4]) or "nothing"))
         decided = (("probe", want),) if enough else ()
+        return CheckOutcome(request, done, tuple(present), decided, (request.resource,), detail)
+
+    # -- the straggler analysis on demand --------------------------------------------------
+    def _trace_window(self, request: CheckRequest, done: int) -> CheckOutcome:
+        ins = self._straggler or StragglerInstrument()
+        if request.resource not in set(ins.job_gpus(self.spec)):
+            return CheckOutcome(request, done, (), (), (request.resource,),
+                                f"{request.resource} is not a GPU of the traced job")
+        k, found = ins.analysis_at(self.spec, request.requested_ns)
+        present = [self._finding(request, f.kind, f.subject, f.score,
+                                 "; ".join(f.evidence) or f.kind, done,
+                                 {k2: v for k2, v in f.details.items()
+                                  if isinstance(v, int | float | str)}, "straggler")
+                   for f in found if f.kind == "slow-gpu" and f.subject == request.resource]
+        detail = (f"straggler analysis on {min(k, ins.window)} iterations to {k}: "
+                  + (", ".join(f"{f.kind} {f.subject}" for f in found[:4]) or "nothing"))
+        decided = (("straggler", "slow-gpu"),) if k >= 2 else ()
         return CheckOutcome(request, done, tuple(present), decided, (request.resource,), detail)
 
     # -- judgements ------------------------------------------------------------------------------

@@ -13,12 +13,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
 
 from fabricscope.diagnosis.model import Observed, finding_id
+from fabricscope.diagnosis.suspicions import suspicion
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.model.errors import ConfigError
 from fabricscope.model.records import Finding
@@ -37,6 +38,7 @@ from fabricscope.twin.tracegen import (
 )
 
 F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
 
 #: Fault kinds the trace generator turns into slower operators (others are ignored).
 STRAGGLER_FAULT_KINDS = ("slow-gpu", "slow-nic", "link-degraded", "congestion", "switch-fault")
@@ -129,6 +131,42 @@ def _rank_sets(devices: DeviceMap, world: int) -> dict[str, int]:
     return {k: len(v) for k, v in sets.items()}
 
 
+def iteration_slowdown(tr: TwinTrace, world: int) -> F64:
+    """:func:`rank_slowdown` of every iteration at once: ``[iteration, rank]`` compute time
+    over the median of the rank's pipeline stage in that iteration (NaN without compute)."""
+    comp = tr.kind == COMPUTE
+    n_it = int(tr.iteration.max()) + 1 if len(tr) else 0
+    busy = np.bincount(tr.iteration[comp] * world + tr.rank[comp],
+                       weights=(tr.end[comp] - tr.start[comp]).astype(np.float64),
+                       minlength=n_it * world)[: n_it * world].reshape(n_it, world)
+    stage = np.full(world, -1, dtype=np.int64)
+    stage[tr.rank[comp]] = tr.stage[comp]
+    out = np.full((n_it, world), np.nan)
+    for s in np.unique(stage[stage >= 0]).tolist():
+        cols = stage == s
+        ref = np.median(busy[:, cols], axis=1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[:, cols] = np.where(ref > 0, busy[:, cols] / ref, np.nan)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class JobTrace:
+    """A scenario's job trace as the trace store holds it: the table the analysis reads,
+    the ranks' devices, each iteration's end (trace time)."""
+
+    job: TwinJob
+    trace: TwinTrace
+    table: OpTable
+    devices: DeviceMap
+    it_end: I64
+
+
+# The last job trace built, keyed by the scenario's identity and the job's settings: the
+# instrument's run and the active checks of the same scenario read one trace.
+_LAST: list[tuple[ScenarioSpec, tuple[object, ...], JobTrace]] = []
+
+
 class StragglerInstrument:
     """A training job on the twin, its traces analysed causally as iterations complete.
 
@@ -152,6 +190,13 @@ class StragglerInstrument:
         analysis, ``("stragglers", payload)`` with each rank's compute slowdown over the
         iterations completed since the previous analysis (see :func:`rank_slowdown`).
         None (the default) costs nothing.
+    suspicions:
+        Also publish a suspicion (:mod:`fabricscope.diagnosis.suspicions`) at the end of
+        every iteration that ends a run of the analysis' ``min_iterations`` in which a GPU's
+        compute time is above its stage's median by more than the analysis' ``compute_rel``
+        and no analysis has named it yet, anticipating ``slow-gpu`` (the analysis itself
+        runs only every ``every_iterations`` and also wants a robust-sigma excess and a
+        material replay gain). Default off.
     """
 
     name = "straggler"
@@ -159,7 +204,7 @@ class StragglerInstrument:
     def __init__(self, job: TwinJob | None = None, every_iterations: int = 8,
                  window_iterations: int = 32, *, comm: str = "alpha-beta",
                  job_name: str = "twin-train", options: Options | None = None,
-                 refresh_s: float = 30.0,
+                 refresh_s: float = 30.0, suspicions: bool = False,
                  observer: Callable[[str, object], None] | None = None) -> None:
         if every_iterations < 1 or window_iterations < 2:
             raise ConfigError(f"straggler instrument: every_iterations must be >= 1 and "
@@ -175,6 +220,7 @@ class StragglerInstrument:
         self.job_name = job_name
         self.options = options
         self.refresh_s = float(refresh_s)
+        self.suspicions = suspicions
         self.observer = observer
 
     def job_for(self, spec: ScenarioSpec) -> TwinJob:
@@ -219,15 +265,9 @@ class StragglerInstrument:
         refreshed under that id every ``refresh_s`` while later analyses still name it.
         Iterations that end after the scenario are never analysed.
         """
-        job = self.job_for(spec)
-        tr = generate_trace(spec.fabric, job, faults=self.job_faults(spec), comm=self.comm,
-                            seed=spec.seed, name=self.job_name)
-        table = trace_table(tr)
-        devices = rank_devices(spec.fabric, tr.placement)
+        jt = self.job_trace(spec)
+        job, tr, table, devices, it_end = jt.job, jt.trace, jt.table, jt.devices, jt.it_end
         affected = _rank_sets(devices, job.world_size)
-        n_it = int(tr.iteration.max()) + 1 if len(tr) else 0
-        it_end = np.full(n_it, np.iinfo(np.int64).min, dtype=np.int64)
-        np.maximum.at(it_end, tr.iteration, tr.end)
         done = int(np.searchsorted(it_end - TRACE_T0_NS, round(spec.duration_s * 1e9),
                                    side="right"))
         reported: dict[tuple[str, str], Finding] = {}
@@ -260,6 +300,72 @@ class StragglerInstrument:
                 reported[key] = self._scenario_finding(f, affected, job)
                 refreshed[key] = t_ns
                 out.append(Observed("straggler", reported[key], t_ns))
+        if self.suspicions:
+            named: dict[str, int] = {}
+            for o in out:
+                if o.kind == "slow-gpu":
+                    named.setdefault(o.subject, o.reported_ns)
+            out.extend(self._suspicions(tr, it_end[:done], job.world_size, named))
+        return out
+
+    def job_trace(self, spec: ScenarioSpec) -> JobTrace:
+        """The job's trace for ``spec`` (built once per scenario and job settings: the
+        instrument's run and the active checks share it)."""
+        key = (self.job, self.comm, self.job_name)
+        if _LAST and _LAST[0][0] is spec and _LAST[0][1] == key:
+            return _LAST[0][2]
+        job = self.job_for(spec)
+        tr = generate_trace(spec.fabric, job, faults=self.job_faults(spec), comm=self.comm,
+                            seed=spec.seed, name=self.job_name)
+        n_it = int(tr.iteration.max()) + 1 if len(tr) else 0
+        it_end = np.full(n_it, np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(it_end, tr.iteration, tr.end)
+        jt = JobTrace(job, tr, trace_table(tr), rank_devices(spec.fabric, tr.placement), it_end)
+        _LAST[:] = [(spec, key, jt)]
+        return jt
+
+    def analysis_at(self, spec: ScenarioSpec, t_ns: int) -> tuple[int, list[Finding]]:
+        """The analysis run now, at scenario time ``t_ns``, on the last ``window_iterations``
+        iterations completed by then: (iterations completed, its findings in scenario time).
+        What the scheduled analysis would report, without waiting for its cadence."""
+        jt = self.job_trace(spec)
+        k = int(np.searchsorted(jt.it_end - TRACE_T0_NS, int(t_ns), side="right"))
+        if k < 2:
+            return k, []
+        lo = max(0, k - self.window)
+        mask = (jt.table.iteration >= lo) & (jt.table.iteration < k)
+        rep = analyze(jt.table.take(mask), devices=jt.devices, options=self.options)
+        affected = _rank_sets(jt.devices, jt.job.world_size)
+        return k, [self._scenario_finding(f, affected, jt.job) for f in rep.findings]
+
+    def _suspicions(self, tr: TwinTrace, it_end: I64, world: int,
+                    named: dict[str, int]) -> list[Observed]:
+        """One suspicion per GPU and completed iteration ending a run of ``min_iterations``
+        whose compute is above its stage's median by more than ``compute_rel``, until an
+        analysis names the GPU slow."""
+        opt = self.options or Options()
+        rel, need = opt.compute_rel, max(1, opt.min_iterations)
+        ratio = iteration_slowdown(tr, world)[: it_end.size]
+        gpus = [f"{h}/gpu{g}" for h, g in tr.placement]
+        out: list[Observed] = []
+        slow = np.nan_to_num(ratio, nan=0.0) > 1.0 + rel
+        run = slow.copy()  # slow in this iteration and the need - 1 before it
+        for j in range(1, need):
+            run[j:] &= slow[:-j]
+            run[:j] = False
+        it, rank = np.nonzero(run)
+        for i, r in zip(it.tolist(), rank.tolist(), strict=True):
+            t = int(it_end[i]) - TRACE_T0_NS
+            gpu = gpus[r]
+            if named.get(gpu, t + 1) <= t:
+                continue
+            v = float(ratio[i, r])
+            out.append(suspicion(
+                "straggler", "slow-gpu", gpu, t, (t, t), statistic="one iteration's compute "
+                "time over its stage's median", value=v, early=1.0 + rel, alarm=1.0 + rel,
+                evidence=f"{gpu}: compute {v:.2f}x its stage's median in iterations "
+                f"{i - need + 1}-{i} (not yet a finding: the analysis runs every {self.every} "
+                f"iterations and also wants a robust-sigma excess and a material replay gain)"))
         return out
 
     def _scenario_finding(self, f: Finding, affected: dict[str, int], job: TwinJob) -> Finding:

@@ -1,12 +1,13 @@
-"""Targeted probes as an active check: a burst toward a suspect host decides CPU starvation,
-and the probe instrument's newest-step suspicion gets it checked before the sliding window's
-alarm."""
+"""Active checks that read the prober and the trace store: a probe burst toward a suspect host
+decides CPU starvation, the straggler analysis run on demand decides a slow GPU, and the
+instruments' early suspicions get them checked before the alarms."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from fabricscope.diagnosis.checks import CHECK_KINDS, CHECKABLE, kinds_for
+from fabricscope.diagnosis.checks import CHECK_KINDS, CHECKABLE, TRACE_WINDOW_NS, kinds_for
 from fabricscope.diagnosis.graph import ResourceMap
 from fabricscope.diagnosis.incidents import CorrelatorParams
 from fabricscope.diagnosis.knowledge import load_kb
@@ -16,6 +17,11 @@ from fabricscope.fabric.inventory import Fabric
 from fabricscope.service.instruments import ScenarioSpec
 from fabricscope.service.instruments.checks import BURST_PROBES, TwinChecks
 from fabricscope.service.instruments.probe import ProbeInstrument
+from fabricscope.service.instruments.straggler import (
+    StragglerInstrument,
+    iteration_slowdown,
+    rank_slowdown,
+)
 from fabricscope.service.supervise_twin import run_loop
 from fabricscope.sim.faults import Fault
 from test_diagnosis_checks import _run
@@ -36,8 +42,9 @@ def test_the_burst_check_reads_hosts_and_decides_cpu_starvation() -> None:
     kb = load_kb()
     assert "host" in CHECKABLE and CHECK_KINDS["probe-burst"].resources == frozenset({"host"})
     assert kinds_for(kb.types["cpu-starved-host"]) == ("probe-burst",)
-    # no check decides a GPU or a slow NIC: the gate still drops their suspicions
-    assert kinds_for(kb.types["slow-gpu"]) == () and kinds_for(kb.types["slow-nic"]) == ()
+    assert kinds_for(kb.types["slow-gpu"]) == ("trace-window",)
+    # no check decides a slow NIC: the gate still drops its suspicions
+    assert kinds_for(kb.types["slow-nic"]) == ()
 
 
 @pytest.mark.parametrize("delay_ns", [3e5, 2e6])
@@ -107,3 +114,70 @@ def test_the_loop_names_a_starved_host_from_the_burst_earlier(fabric: Fabric, ho
     inc = next(i for i in on.incidents if pair in [rc.key for rc in i.root_causes])
     assert not {o.id for o in on.suspicions} & set(inc.findings)
     assert any(a.startswith(f"checked: probe-burst on {host} (for a suspicion)") for a in inc.actions)
+
+
+# -- the straggler analysis on demand (trace-window) ------------------------------------------
+
+def _job_gpus(fabric: Fabric) -> list[str]:
+    return StragglerInstrument().job_gpus(ScenarioSpec(fabric, [], 60, 1))
+
+
+def test_iteration_slowdown_is_rank_slowdown_per_iteration(fabric: Fabric) -> None:
+    g = _job_gpus(fabric)[7]
+    spec = ScenarioSpec(fabric, [Fault("slow-gpu", g, 10 * NS, None, {"factor": 1.5})], 30, 2)
+    jt = StragglerInstrument().job_trace(spec)
+    world = jt.job.world_size
+    got = iteration_slowdown(jt.trace, world)
+    for it in (0, 5, len(got) - 1):
+        want = rank_slowdown(jt.trace, jt.trace.iteration == it, world)
+        assert got[it] == pytest.approx(want, nan_ok=True)
+    assert np.nanmax(got[-1]) == pytest.approx(got[-1][_job_gpus(fabric).index(g)])
+
+
+def test_the_straggler_instrument_suspects_a_slow_gpu_before_its_analysis(fabric: Fabric) -> None:
+    g = _job_gpus(fabric)[-5]
+    spec = ScenarioSpec(fabric, [Fault("slow-gpu", g, int(47.9 * NS), None, {"factor": 1.8})],
+                        120.0, 2)
+    out = StragglerInstrument(suspicions=True).run(spec)
+    sus = [o for o in out if is_suspicion(o)]
+    named = min(o.reported_ns for o in out if o.kind == "slow-gpu" and o.subject == g)
+    assert sus and {o.subject for o in sus} == {g}
+    assert sus[0].finding.details["anticipates"] == "slow-gpu"
+    assert 47.9 * NS < sus[0].reported_ns < named - 3 * NS  # two slow iterations, not eight
+    assert all(o.reported_ns < named for o in sus)  # none once the analysis has named it
+    healthy = StragglerInstrument(suspicions=True).run(ScenarioSpec(fabric, [], 120.0, 2))
+    assert not any(is_suspicion(o) for o in healthy)
+
+
+def test_the_trace_window_check_runs_the_analysis_now(fabric: Fabric) -> None:
+    gpus = _job_gpus(fabric)
+    g = gpus[-5]
+    spec = ScenarioSpec(fabric, [Fault("slow-gpu", g, int(47.9 * NS), None, {"factor": 1.8})],
+                        120.0, 2)
+    runner = TwinChecks(spec)
+    before = _run(runner, "trace-window", g, 40)
+    assert before.present == () and before.decided == (("straggler", "slow-gpu"),)
+    after = _run(runner, "trace-window", g, 52)  # ~3 slow iterations done
+    assert [(o.source, o.kind, o.subject) for o in after.present] == [("straggler", "slow-gpu", g)]
+    other = next(x for x in ("host0007/gpu7", "host0006/gpu0") if x not in gpus)
+    outside = _run(runner, "trace-window", other, 53)  # a GPU the job does not use
+    assert outside.present == () and outside.decided == ()
+
+
+def test_the_loop_names_a_slow_gpu_at_its_suspicion_not_at_the_next_analysis(
+        fabric: Fabric) -> None:
+    g = _job_gpus(fabric)[-5]
+    spec = ScenarioSpec(fabric, [Fault("slow-gpu", g, int(47.9 * NS), None, {"factor": 1.8})],
+                        120.0, 2)
+    ins = [StragglerInstrument(suspicions=True)]
+    runner = TwinChecks(spec)
+    on = run_loop(spec, ins, checks=runner)
+    off = run_loop(spec, ins, checks=TwinChecks(spec), findings=on.findings + on.suspicions,
+                   params=CorrelatorParams(suspicions=None))
+    pair = (g, "slow-gpu")
+    t_on, t_off = on.first_named(pair), off.first_named(pair)
+    assert on.predicted() == [pair] and t_on is not None and t_off is not None
+    assert t_on < t_off - 3 * NS
+    # the suspicion came between two 5 s ticks and its check started at once, not at a tick
+    first = on.suspicions[0].reported_ns
+    assert first % (5 * NS) and ("trace-window", g, first, first + TRACE_WINDOW_NS) in runner.log
