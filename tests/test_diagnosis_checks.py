@@ -82,6 +82,23 @@ def test_port_counters_see_a_gray_link_and_decide_a_healthy_one(fabric: Fabric) 
         _run(runner, "port-counters", up, 5)
 
 
+def test_port_counters_see_a_flap_and_leave_link_down_undecided(fabric: Fabric) -> None:
+    """A flapping link (down half of every second): the check counts its carrier
+    transitions (a flap, present) and, the link having changed state while it read, does
+    not decide link-down absent; a link that stays down is link-down, no flap."""
+    up = _uplink(fabric)
+    flap = _run(TwinChecks(ScenarioSpec(fabric, [Fault("link-flap", up, 10 * NS, None, {})], 60, 3)),
+                "port-counters", up, 20.2)
+    assert {(o.kind, o.subject) for o in flap.present if o.kind == "link-flap"} == {
+        ("link-flap", p) for p in up.split("|")}
+    assert ("telemetry", "link-down") not in flap.decided
+    assert ("telemetry", "link-flap") not in flap.decided  # present only: never decided absent
+    down = _run(TwinChecks(ScenarioSpec(fabric, [Fault("link-down", up, 10 * NS, None, {})], 60, 3)),
+                "port-counters", up, 20.2)
+    assert {o.kind for o in down.present} == {"link-down"}
+    assert ("telemetry", "link-down") in down.decided
+
+
 def test_a_cable_with_a_host_end_decides_only_what_the_switch_sees(fabric: Fabric) -> None:
     cable = _access(fabric, fabric.nic_of_gpu("host0002", 0).id)
     out = _run(TwinChecks(ScenarioSpec(fabric, [], 60, 3)), "port-counters", cable, 10)

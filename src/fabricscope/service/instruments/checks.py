@@ -13,9 +13,11 @@ production detectors' thresholds:
   ``out-discards`` increase ``discard-increase`` (``ErrorIncreaseDetector``: >= 1), pause
   frames sent (or received from the peer) at >= 10,000/s ``pause-storm`` on the sender
   (``PauseStormDetector``), ECN marks at >= 500/s or a queue >= 1 MB at both reads
-  ``queue-buildup`` (``MicroBurstDetector``), oper-status DOWN ``link-down``. A cable with a
-  host end decides only ``link-down`` (the host side's receiver and queue are not a gNMI
-  target);
+  ``queue-buildup`` (``MicroBurstDetector``), oper-status DOWN ``link-down``, >= 2 carrier
+  transitions between the Gets ``link-flap`` (``FlapDetector``'s ``min_transitions``;
+  present only: one second without a transition says nothing of a slower flap). A port that
+  changed state during the check leaves ``link-down`` undecided. A cable with a host end
+  decides only ``link-down`` (the host side's receiver and queue are not a gNMI target);
 * ``port-speed`` (one Get): ``negotiated-port-speed`` below ``port-speed`` on a port of the
   resource is ``speed-degraded``;
 * ``dom`` (both ends' modules): a lane's own light (tx, or rx not explained by the far end's
@@ -75,8 +77,11 @@ BURST_PROBES = 256
 #: Least evidence for a decision: answered probes toward the host (``host_findings``'
 #: ``min_samples``).
 BURST_MIN_ANSWERS = 10
+#: Carrier transitions within one check that make a flap (``FlapDetector.min_transitions``).
+FLAP_TRANSITIONS = 2
 _COUNTER_LEAVES = ("in-errors", "in-fcs-errors", "out-discards", "out-mac-pause-frames",
-                   "in-mac-pause-frames", "ecn-marked-pkts", "depth-bytes", "oper-status")
+                   "in-mac-pause-frames", "ecn-marked-pkts", "depth-bytes", "oper-status",
+                   "carrier-transitions")
 
 
 class TwinChecks:
@@ -259,6 +264,7 @@ class TwinChecks:
         dt = (done - request.requested_ns) / NS
         present: list[Observed] = []
         read: list[str] = []
+        unstable = False
         for p in ports:
             now = self._get(p, _COUNTER_LEAVES)
             a = dict(zip(_COUNTER_LEAVES, before.get(p, []), strict=False))
@@ -303,8 +309,19 @@ class TwinChecks:
             if now.get("oper-status") == "DOWN":
                 present.append(self._finding(request, "link-down", p, 0.9, "oper-status DOWN", done,
                                              {}, "telemetry"))
+            flips = delta("carrier-transitions")
+            if flips > 0 or a.get("oper-status", now.get("oper-status")) != now.get("oper-status"):
+                unstable = True
+            if flips >= FLAP_TRANSITIONS:
+                present.append(self._finding(request, "link-flap", p, 0.9,
+                                             f"carrier-transitions +{flips:.0f} in {dt:.2f} s",
+                                             done, {"transitions": flips}, "telemetry"))
         both = len(ports) == len(self._ports(request.resource)) and bool(ports)
         decides = CHECK_KINDS["port-counters"].decides if both else frozenset({"link-down"})
+        if unstable:
+            # a link that changed state during the check is not "not down": a flap's down
+            # half may be the next second (its absence is undecided)
+            decides = decides - {"link-down"}
         if not ports:
             decides = frozenset()
         decided = tuple(("telemetry", f) for f in sorted(decides))
