@@ -7,7 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fabricscope.diagnosis.checks import CHECK_KINDS, CHECKABLE, TRACE_WINDOW_NS, kinds_for
+from fabricscope.diagnosis.checks import (
+    CHECK_KINDS,
+    CHECKABLE,
+    TRACE_WINDOW_NS,
+    CheckOutcome,
+    kinds_for,
+)
 from fabricscope.diagnosis.graph import ResourceMap
 from fabricscope.diagnosis.incidents import CorrelatorParams
 from fabricscope.diagnosis.knowledge import load_kb
@@ -40,8 +46,10 @@ def _starved(host: str, onset_s: float, delay_ns: float = 1e6) -> Fault:
 
 def test_the_burst_check_reads_hosts_and_decides_cpu_starvation() -> None:
     kb = load_kb()
-    assert "host" in CHECKABLE and CHECK_KINDS["probe-burst"].resources == frozenset({"host"})
+    assert {"host", "nic", "gpu"} <= CHECKABLE
+    assert CHECK_KINDS["probe-burst"].resources == frozenset({"host", "nic"})
     assert kinds_for(kb.types["cpu-starved-host"]) == ("probe-burst",)
+    assert kinds_for(kb.types["nic-fault"]) == ("probe-burst",)
     assert kinds_for(kb.types["slow-gpu"]) == ("trace-window",)
     # no check decides a slow NIC: the gate still drops its suspicions
     assert kinds_for(kb.types["slow-nic"]) == ()
@@ -70,6 +78,28 @@ def test_a_burst_toward_a_host_with_a_faulty_nic_does_not_call_it_starved(fabric
     spec = ScenarioSpec(fabric, [Fault("nic-fault", nic, 10 * NS, None, {"loss": 0.1})], 60, 3)
     out = _run(TwinChecks(spec), "probe-burst", "host0001", 20)
     assert out.present == () and out.decided == (("probe", "cpu-starved"),)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_nic_burst_with_leaf_controls_tells_the_nic_from_its_link_and_leaf(
+        fabric: Fabric, seed: int) -> None:
+    nic = fabric.nic_of_gpu("host0001", 2).id
+    cable = next(lk for lk in fabric.links if lk.a.startswith(nic + ":") or lk.b.startswith(nic + ":"))
+    leaf = next(p for p in (cable.a, cable.b) if not p.startswith(nic + ":")).rsplit(":", 1)[0]
+
+    def burst(fault: Fault | None) -> CheckOutcome:
+        spec = ScenarioSpec(fabric, [fault] if fault else [], 60, seed)
+        return _run(TwinChecks(spec), "probe-burst", nic, 20)
+
+    bad = burst(Fault("nic-fault", nic, 10 * NS, None, {"loss": 0.05}))
+    assert [(o.kind, o.subject) for o in bad.present] == [("nic-fault", nic)]
+    assert bad.decided == (("probe", "nic-fault"),)
+    for other in (Fault("gray-loss", f"{cable.a}->{cable.b}", 10 * NS, None, {"loss": 0.03}),
+                  Fault("switch-fault", leaf, 10 * NS, None, {"loss": 0.03}), None):
+        out = burst(other)  # the NIC's own link one way, its leaf, nothing: not the NIC
+        assert out.present == () and out.decided == (("probe", "nic-fault"),), other
+    faint = burst(Fault("nic-fault", nic, 10 * NS, None, {"loss": 0.01}))
+    assert faint.present == () and faint.decided == ()  # ambiguous: left undecided
 
 
 def test_the_gate_answers_a_host_suspicion_with_a_burst(fabric: Fabric) -> None:

@@ -2,7 +2,7 @@
 
 A *check* is a concrete action against a source (issue 15): here a gNMI Get of one resource's
 switch ports (counters twice, a second apart, for rates; the negotiated speed), an on-demand
-transceiver (DOM) read, a burst of targeted probes toward a suspect host, or the straggler
+transceiver (DOM) read, a burst of targeted probes toward a suspect host or NIC, or the straggler
 analysis run now on the trace store (a query on the stores). Each :class:`CheckKind` decides a fixed set of knowledge-base symptoms
 on the resource it reads: the symptom is *present* (the check returns a finding, the same kind
 and subject the passive detector would report) or *absent* (decided: its absence is evidence
@@ -43,7 +43,7 @@ COUNTER_GAP_NS = 1 * NS
 #: An on-demand transceiver read: the module's EEPROM pages over I2C (ethtool -m on a QSFP /
 #: OSFP module takes a few hundred ms; the periodic DOM poll is every 60 s); 500 ms.
 DOM_READ_NS = 500 * MS
-#: A burst of targeted probes toward a suspect host: its mesh peers send a few probes each
+#: A burst of targeted probes toward a suspect host or NIC: its mesh peers send a few probes each
 #: over 500 ms (a few hundred probes, well under the prober's rate limits), and a probe's
 #: outcome is known when its reply arrives or the prober's reply timeout (1 s) has passed.
 PROBE_BURST_NS = 500 * MS
@@ -81,11 +81,12 @@ CHECK_KINDS: Mapping[str, CheckKind] = {
         "dom", "optics", frozenset({"optic-degrading", "optic-rx-low"}), DOM_READ_NS,
         "ethtool -m IF (or the OpenConfig transceiver leaves): rx / tx power per lane"),
     "probe-burst": CheckKind(
-        "probe-burst", "probe", frozenset({"cpu-starved"}),
+        "probe-burst", "probe", frozenset({"cpu-starved", "nic-fault"}),
         PROBE_BURST_NS + PROBE_TIMEOUT_NS,
-        "a 500 ms burst of probes from the suspect host's mesh peers (their probe agents) "
-        "toward its NICs: responder times far above the baseline = CPU starvation",
-        frozenset({"host"})),
+        "a 500 ms burst of probes from the suspect's mesh peers (their probe agents): toward "
+        "a host's NICs (responder times far above the baseline = CPU starvation), or to and "
+        "from a NIC and its leaf-mates (loss on the NIC's paths only = the NIC)",
+        frozenset({"host", "nic"})),
     "trace-window": CheckKind(
         "trace-window", "straggler", frozenset({"slow-gpu"}), TRACE_WINDOW_NS,
         "fabricscope straggler analyze TRACES (the job's last 32 completed iterations, now "
@@ -93,7 +94,8 @@ CHECK_KINDS: Mapping[str, CheckKind] = {
         frozenset({"gpu"})),
 }
 
-#: Resource kinds some check can read (the ports of a cable or a port; a host's responders).
+#: Resource kinds some check can read (the ports of a cable or a port, a host's or NIC's
+#: probes, a GPU's traces).
 CHECKABLE: frozenset[str] = frozenset().union(*(c.resources for c in CHECK_KINDS.values()))
 
 

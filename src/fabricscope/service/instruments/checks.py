@@ -24,15 +24,16 @@ production detectors' thresholds:
   transmitter) >= ``drop_db`` below the reading of the scenario's start (the optics store's
   history) is ``optic-degrading``, rx below ``rx_low_dbm`` ``optic-rx-low``
   (``DomDetector``'s rules, :mod:`fabricscope.optics.dom`);
-* ``probe-burst`` (a host): the host's mesh peers send ``BURST_PROBES`` probes over 500 ms
-  along their planned flows toward its NICs, through the probe instrument's twin transport
-  (its own random stream), and the production probe analysis
-  (:func:`~fabricscope.probe.analysis.analyze`, with the instrument's baseline) judges the
-  burst alone: ``cpu-starved`` on the host, as the passive instrument would report it. It
-  decides only with at least ``BURST_MIN_ANSWERS`` answered probes (the analysis' own
-  ``min_samples``). A burst toward one NIC does not decide ``nic-fault``: every probe of it
-  crosses the NIC and its leaf alike, so the analysis calls it ambiguous (measured; the
-  mesh's other flows are what separate them);
+* ``probe-burst``: probes over 500 ms along planned flows of the mesh, through the probe
+  instrument's twin transport (its own random stream), judged alone by the production probe
+  analysis (:func:`~fabricscope.probe.analysis.analyze`, with the instrument's baseline), as
+  the passive instrument would report it. For a host, ``BURST_PROBES`` toward its NICs:
+  ``cpu-starved`` on the host, decided with at least ``BURST_MIN_ANSWERS`` replies (the
+  analysis' own ``min_samples``). For a NIC, ``BURST_PROBES_NIC``: half on flows to and
+  from it, half on flows of the other NICs on its leaf (the controls: without them every
+  probe crosses the NIC and the leaf alike and the analysis rightly calls it ambiguous):
+  ``nic-fault`` on the NIC; left undecided when the analysis is ambiguous about the NIC or
+  fewer than ``BURST_MIN_SENT`` probes crossed it;
 * ``trace-window`` (a GPU of the job): the straggler instrument's production analysis run
   now on the job's last 32 iterations completed at the request time (the trace store's,
   shared with the instrument), instead of at its next scheduled analysis: ``slow-gpu`` when
@@ -45,6 +46,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from fabricscope.diagnosis.checks import CHECK_KINDS, PROBE_BURST_NS, CheckOutcome, CheckRequest
 from fabricscope.diagnosis.graph import ResourceMap
@@ -71,12 +73,15 @@ ERROR_MIN = 1.0
 PAUSE_RATE = 10_000.0
 ECN_RATE = 500.0
 QUEUE_BYTES = 1e6
-#: A probe burst: this many probes over at most ``BURST_FLOWS`` of the suspect's planned flows.
+#: A probe burst: this many probes over at most ``BURST_FLOWS`` of the suspect's planned flows
+#: (a NIC: ``BURST_PROBES_NIC``, half on its own flows, half on its leaf-mates').
 BURST_FLOWS = 64
 BURST_PROBES = 256
+BURST_PROBES_NIC = 512
 #: Least evidence for a decision: answered probes toward the host (``host_findings``'
 #: ``min_samples``).
 BURST_MIN_ANSWERS = 10
+BURST_MIN_SENT = 64
 #: Carrier transitions within one check that make a flap (``FlapDetector.min_transitions``).
 FLAP_TRANSITIONS = 2
 _COUNTER_LEAVES = ("in-errors", "in-fcs-errors", "out-discards", "out-mac-pause-frames",
@@ -99,6 +104,8 @@ class TwinChecks:
         self.fabric = spec.fabric
         self._probe_ins = probe
         self._probe: tuple[TwinMesh, Baseline, ProbeTransport] | None = None
+        self._mates: dict[str, list[str]] | None = None
+        self._leaf_of: dict[str, str] = {}
         self._burst: dict[CheckRequest, Observations] = {}
         self.rmap = ResourceMap(spec.fabric)
         self.clock = SimClock(0)
@@ -199,36 +206,82 @@ class TwinChecks:
         ix = self.fabric.index
         return [ix.node_of[n.id] for n in self.fabric.nics_of_host.get(resource, ())]
 
+    def _leaf_mates(self, nic: str) -> list[int]:
+        """Node indices of the other NICs on ``nic``'s leaf (its first switch neighbour)."""
+        if self._mates is None:
+            self._mates = {}
+            for lk in self.fabric.links:
+                a, b = port_device(lk.a), port_device(lk.b)
+                for n, sw in ((a, b), (b, a)):
+                    if self.fabric.devices[n].role == "nic" and self.fabric.devices[sw].is_switch:
+                        self._mates.setdefault(sw, []).append(n)
+            self._leaf_of = {n: sw for sw, ns in self._mates.items() for n in ns}
+        ix = self.fabric.index
+        leaf = self._leaf_of.get(nic)
+        return [ix.node_of[m] for m in self._mates.get(leaf, []) if m != nic] if leaf else []
+
+    def _pick(self, idx: npt.NDArray[np.int64], k: int, key: str) -> npt.NDArray[np.int64]:
+        if idx.size <= k:
+            return idx
+        rng = np.random.default_rng(zlib.crc32(key.encode()) + self.spec.seed)
+        return np.sort(rng.choice(idx, k, replace=False))
+
     def _send_burst(self, request: CheckRequest) -> Observations:
-        """``BURST_PROBES`` probes over the planned flows toward the host's NICs, spread over
-        ``PROBE_BURST_NS`` from the request."""
+        """Probes over planned flows, spread over ``PROBE_BURST_NS`` from the request: toward
+        a host's NICs (``BURST_PROBES``), or to and from a NIC plus its leaf-mates' flows
+        (``BURST_PROBES_NIC``); flows drawn deterministically per suspect."""
         mesh, _base, tr = self._probes()
         fl = mesh.flows
-        idx = np.flatnonzero(np.isin(fl.dst_node, self._host_nodes(request.resource)))
-        if idx.size > BURST_FLOWS:  # spread over the peers, deterministically per suspect
-            rng = np.random.default_rng(zlib.crc32(request.resource.encode()) + self.spec.seed)
-            idx = np.sort(rng.choice(idx, BURST_FLOWS, replace=False))
-        per = -(-BURST_PROBES // max(idx.size, 1))
+        r = request.resource
+        total = BURST_PROBES
+        if self._is_nic(r):
+            node = self.fabric.index.node_of[r]
+            own = np.flatnonzero((fl.src_node == node) | (fl.dst_node == node))
+            mates = self._leaf_mates(r)
+            ctl = np.flatnonzero(np.isin(fl.src_node, mates) | np.isin(fl.dst_node, mates))
+            idx = np.sort(np.concatenate([self._pick(own, BURST_FLOWS // 2, r),
+                                          self._pick(ctl, BURST_FLOWS // 2, r + "/control")]))
+            total = BURST_PROBES_NIC
+        else:
+            idx = self._pick(np.flatnonzero(np.isin(fl.dst_node, self._host_nodes(r))),
+                             BURST_FLOWS, r)
+        per = -(-total // max(idx.size, 1))
         n = idx.size * per
         flow = np.repeat(idx, per)
         ts = request.requested_ns + (np.arange(n, dtype=np.int64) * PROBE_BURST_NS) // max(n, 1)
         return to_observations(tr.carry(flow, ts), fl)
 
+    def _is_nic(self, resource: str) -> bool:
+        d = self.fabric.devices.get(resource)
+        return d is not None and d.role == "nic"
+
     def _judge_burst(self, request: CheckRequest, done: int) -> CheckOutcome:
         obs = self._burst.pop(request)
         mesh, base, _tr = self._probes()
         answered = int(np.count_nonzero(obs.t_recv_ns >= 0))
-        want = "cpu-starved"
-        enough = answered >= BURST_MIN_ANSWERS
+        r = request.resource
         present: list[Observed] = []
+        if self._is_nic(r):
+            want = "nic-fault"
+            node = self.fabric.index.node_of[r]
+            fl = mesh.flows
+            through = int(np.count_nonzero((fl.src_node[obs.flow] == node)
+                                           | (fl.dst_node[obs.flow] == node)))
+            enough = through >= BURST_MIN_SENT
+        else:
+            want = "cpu-starved"
+            enough = answered >= BURST_MIN_ANSWERS
         found = analyze(self.fabric, mesh.model, obs, base) if enough else []
+        if want == "nic-fault" and any(f.kind == "ambiguous" and r in f.subject.split(" | ")
+                                       for f in found):
+            enough = False  # the analysis cannot tell the NIC from a neighbour: undecided
         for f in found:
             if f.kind == want and f.subject == request.resource:
                 present.append(self._finding(request, want, f.subject, f.score,
                                              "; ".join(f.evidence) or want, done,
                                              {k: v for k, v in f.details.items()
                                               if isinstance(v, int | float | str)}, "probe"))
-        detail = (f"{len(obs)} probes toward {request.resource}, {answered} answered; analysis: "
+        detail = (f"{len(obs)} probes for {request.resource}, {answered} answered; analysis: "
                   + (", ".join(f"{f.kind} {f.subject}" for f in found[:4]) or "nothing"))
         decided = (("probe", want),) if enough else ()
         return CheckOutcome(request, done, tuple(present), decided, (request.resource,), detail)
