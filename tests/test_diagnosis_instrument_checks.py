@@ -18,7 +18,7 @@ from fabricscope.diagnosis.graph import ResourceMap
 from fabricscope.diagnosis.incidents import CorrelatorParams
 from fabricscope.diagnosis.knowledge import load_kb
 from fabricscope.diagnosis.suspicions import SuspicionGate, is_suspicion, suspicion
-from fabricscope.fabric.builders import rail_optimized_fabric
+from fabricscope.fabric.builders import fat_tree_fabric, leaf_spine_fabric, rail_optimized_fabric
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.service.instruments import ScenarioSpec
 from fabricscope.service.instruments.checks import BURST_PROBES, TwinChecks
@@ -211,3 +211,29 @@ def test_the_loop_names_a_slow_gpu_at_its_suspicion_not_at_the_next_analysis(
     # the suspicion came between two 5 s ticks and its check started at once, not at a tick
     first = on.suspicions[0].reported_ns
     assert first % (5 * NS) and ("trace-window", g, first, first + TRACE_WINDOW_NS) in runner.log
+
+
+@pytest.mark.parametrize("shape", ["leaf-spine", "fat-tree"])
+def test_bursts_decide_on_other_fabric_shapes(shape: str) -> None:
+    """The host and NIC bursts on shapes other than the rail-optimized benchmark fabric: a
+    starved host and a faulty NIC are named, a one-way gray access link is never a NIC
+    fault (named a gray link, or left undecided when the burst is ambiguous)."""
+    fab = (leaf_spine_fabric(leaves=4, hosts_per_leaf=4, spines=2) if shape == "leaf-spine"
+           else fat_tree_fabric(k=4))
+    host = fab.hosts[3].id
+    nic = fab.nics_of_host[host][0].id
+    cable = next(lk for lk in fab.links if lk.a.startswith(nic + ":") or lk.b.startswith(nic + ":"))
+    for seed in (1, 2):
+        def burst(fault: Fault | None, resource: str, seed: int = seed) -> CheckOutcome:
+            spec = ScenarioSpec(fab, [fault] if fault else [], 60, seed)
+            return _run(TwinChecks(spec), "probe-burst", resource, 20)
+
+        starved = burst(_starved(host, 10, 5e5), host)
+        assert [(o.kind, o.subject) for o in starved.present] == [("cpu-starved", host)]
+        assert burst(None, host).present == ()
+        bad = burst(Fault("nic-fault", nic, 10 * NS, None, {"loss": 0.05}), nic)
+        assert [(o.kind, o.subject) for o in bad.present] == [("nic-fault", nic)]
+        gray = burst(Fault("gray-loss", f"{cable.a}->{cable.b}", 10 * NS, None, {"loss": 0.03}), nic)
+        assert gray.present == () and gray.decided in ((("probe", "nic-fault"),), ())
+        clean = burst(None, nic)
+        assert clean.present == () and clean.decided == (("probe", "nic-fault"),)

@@ -2,9 +2,9 @@
 
 A *check* is a concrete action against a source (issue 15): here a gNMI Get of one resource's
 switch ports (counters twice, a second apart, for rates; the negotiated speed), an on-demand
-transceiver (DOM) read, a burst of targeted probes toward a suspect host or NIC, or the straggler
-analysis run now on the trace store (a query on the stores). Each :class:`CheckKind` decides a fixed set of knowledge-base symptoms
-on the resource it reads: the symptom is *present* (the check returns a finding, the same kind
+transceiver (DOM) read, a burst of targeted probes toward a suspect host or NIC, or the
+straggler analysis run now on the trace store (a query on the stores). Each
+:class:`CheckKind` decides a fixed set of knowledge-base symptoms on the resource it reads: the symptom is *present* (the check returns a finding, the same kind
 and subject the passive detector would report) or *absent* (decided: its absence is evidence
 now, without waiting for the passive instrument's polling interval,
 :class:`~fabricscope.diagnosis.specialists.Coverage`).

@@ -276,8 +276,7 @@ class Correlator:
             if inc is not None and inc.status == "open" and now_ns - g.last_ns >= p.close_after_ns:
                 g.incident = replace(inc, status="closed", closed_ns=now_ns, updated_ns=now_ns)
                 changed.append(g.incident)
-        if self.gate is not None:
-            self._pending.extend(self.gate.due(now_ns))
+        self.answer_suspicions(now_ns)
         return changed
 
     def answer_suspicions(self, now_ns: int) -> None:

@@ -48,7 +48,13 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from fabricscope.diagnosis.checks import CHECK_KINDS, PROBE_BURST_NS, CheckOutcome, CheckRequest
+from fabricscope.diagnosis.checks import (
+    CHECK_KINDS,
+    PROBE_BURST_NS,
+    PROBE_TIMEOUT_NS,
+    CheckOutcome,
+    CheckRequest,
+)
 from fabricscope.diagnosis.graph import ResourceMap
 from fabricscope.diagnosis.model import Observed
 from fabricscope.fabric.inventory import port_device
@@ -104,8 +110,6 @@ class TwinChecks:
         self.fabric = spec.fabric
         self._probe_ins = probe
         self._probe: tuple[TwinMesh, Baseline, ProbeTransport] | None = None
-        self._mates: dict[str, list[str]] | None = None
-        self._leaf_of: dict[str, str] = {}
         self._burst: dict[CheckRequest, Observations] = {}
         self.rmap = ResourceMap(spec.fabric)
         self.clock = SimClock(0)
@@ -198,6 +202,10 @@ class TwinChecks:
             mesh, base = ins.prepared(self.fabric)
             tr = mesh.transport_for(FaultSchedule.of(probe_faults(self.spec.faults)),
                                     self.spec.seed + 7919, background_loss=ins.background_loss)
+            if tr.timeout_ns != PROBE_TIMEOUT_NS:  # the check's modelled latency assumes it
+                raise ConfigError(f"checks: the probe transport's reply timeout is "
+                                  f"{tr.timeout_ns} ns, the probe-burst check models "
+                                  f"{PROBE_TIMEOUT_NS} ns")
             self._probe = (mesh, base, tr)
         return self._probe
 
@@ -207,18 +215,13 @@ class TwinChecks:
         return [ix.node_of[n.id] for n in self.fabric.nics_of_host.get(resource, ())]
 
     def _leaf_mates(self, nic: str) -> list[int]:
-        """Node indices of the other NICs on ``nic``'s leaf (its first switch neighbour)."""
-        if self._mates is None:
-            self._mates = {}
-            for lk in self.fabric.links:
-                a, b = port_device(lk.a), port_device(lk.b)
-                for n, sw in ((a, b), (b, a)):
-                    if self.fabric.devices[n].role == "nic" and self.fabric.devices[sw].is_switch:
-                        self._mates.setdefault(sw, []).append(n)
-            self._leaf_of = {n: sw for sw, ns in self._mates.items() for n in ns}
-        ix = self.fabric.index
-        leaf = self._leaf_of.get(nic)
-        return [ix.node_of[m] for m in self._mates.get(leaf, []) if m != nic] if leaf else []
+        """Node indices of the other NICs on ``nic``'s leaf (its first switch)."""
+        leaves = self.fabric.leaves_of_nic.get(nic, ())
+        if not leaves:
+            return []
+        devs, ix = self.fabric.devices, self.fabric.index
+        mates = {port_device(p) for p in self.fabric.neighbors_ports(leaves[0])}
+        return sorted(ix.node_of[m] for m in mates if m != nic and devs[m].role == "nic")
 
     def _pick(self, idx: npt.NDArray[np.int64], k: int, key: str) -> npt.NDArray[np.int64]:
         if idx.size <= k:
