@@ -8,13 +8,16 @@ import numpy as np
 import pytest
 
 from fabricscope.fabric import Routing, fat_tree_fabric, leaf_spine_fabric
+from fabricscope.fabric.builders import rail_optimized_fabric
 from fabricscope.model.errors import ConfigError
 from fabricscope.probe.plan import (
+    MIN_PARTIAL_PORTS,
     coverage_probability,
     plan_mesh,
     plan_probes,
     ports_for_coverage,
 )
+from fabricscope.service.probe_twin import TwinMesh
 
 
 def test_coverage_probability_matches_inclusion_exclusion() -> None:
@@ -52,10 +55,43 @@ def test_plan_covers_tor_mesh_and_respects_budget() -> None:
     assert {x.dst for x in p.peers if x.reason == "tor"} == tor
     assert p.n_flows <= 100 * 30 / 2
     assert {x.reason for x in p.peers} == {"tor", "rail", "pod"}
-    # A tight budget drops the rotating samples first, never the ToR mesh.
+    # A tight budget shrinks the rotating samples first, never the ToR mesh; what no peer
+    # fits at full coverage is probed at partial coverage (>= MIN_PARTIAL_PORTS ports), so
+    # some probes still cross the spines, within the budget.
     tight = plan_probes(f, f.nics[0].id, seed=1, budget_pps=1, epoch_s=30, min_probes_per_flow=2)
     assert {x.dst for x in tight.peers if x.reason == "tor"} == tor
-    assert not [x for x in tight.peers if x.reason == "pod"]
+    assert tight.n_flows <= 1 * 30 / 2
+    assert not [x for x in tight.peers if x.reason == "rail"]
+    partial = [x for x in tight.peers if x.reason == "pod"]
+    assert partial and all(MIN_PARTIAL_PORTS <= len(x.src_ports) < ports_for_coverage(
+        x.path_count, 0.99) for x in partial)
+    # below one peer's least ports beyond the ToR mesh, only the ToR mesh is left
+    tor_flows = sum(len(x.src_ports) for x in tight.peers if x.reason == "tor")
+    bare = plan_probes(f, f.nics[0].id, seed=1, budget_pps=(tor_flows + MIN_PARTIAL_PORTS - 1)
+                       * 2 / 30, epoch_s=30, min_probes_per_flow=2)
+    assert {x.reason for x in bare.peers} == {"tor"}
+
+
+def test_a_small_rail_fabric_probes_across_its_spines_at_the_default_rate() -> None:
+    """Rail-optimized, 32 servers, 20 probes/s: no cross-leaf pair fits at 99 % coverage
+    (256 end-to-end paths need ~2,600 ports); before partial coverage no probe crossed a
+    spine, so a spine fault was invisible to the prober. Now every spine and every
+    leaf-spine link is on some planned flow's path (paths from the twin's routing)."""
+    f = rail_optimized_fabric(32)
+    for p in plan_mesh(f, seed=0, budget_pps=20.0, epoch_s=30.0).values():
+        assert p.n_flows <= 20 * 30 / 2
+        assert all(len(x.src_ports) >= MIN_PARTIAL_PORTS for x in p.peers if x.reason != "tor")
+    mesh = TwinMesh(f, seed=0, budget_pps=20.0, epoch_s=30.0)
+    P, pf, pr = mesh.model.patterns
+    flows_per_row = np.bincount(pf, minlength=P.shape[0]) + np.bincount(pr, minlength=P.shape[0])
+    crossing = np.asarray(P.T @ flows_per_row).ravel()
+    ix = f.index
+    spines = [s.id for s in f.switches if s.tier == max(d.tier for d in f.switches)]
+    assert len(spines) >= 2
+    assert all(crossing[ix.n_edges + ix.node_of[s]] > 0 for s in spines)
+    up = [e for e in range(ix.n_edges)
+          if all(f.devices[pt.rsplit(":", 1)[0]].is_switch for pt in (ix.from_port[e], ix.to_port[e]))]
+    assert up and all(crossing[e] > 0 for e in up)
 
 
 def test_unknown_self_is_a_config_error() -> None:

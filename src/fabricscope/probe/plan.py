@@ -37,6 +37,8 @@ from fabricscope.model.records import FiveTuple
 
 PROBE_PORT = 47910  # responder UDP port (not RoCE's 4791: probes must not look like RDMA)
 PORT_LO, PORT_HI = 32768, 60999  # Linux default ephemeral range
+#: Fewest source ports toward a cross-leaf peer probed at partial coverage (plan_probes).
+MIN_PARTIAL_PORTS = 4
 
 
 @lru_cache(maxsize=4096)
@@ -227,7 +229,11 @@ def plan_probes(
 
     The budget is respected by shrinking the rotating samples (cross-pod first, then the
     rail) until every flow gets at least ``min_probes_per_flow`` probes per epoch; the ToR
-    mesh is never dropped.
+    mesh is never dropped. When no cross-leaf peer fits at ``coverage_target`` (a small
+    budget, or thousands of end-to-end paths), the cross-pod sample is kept with the ports
+    the budget leaves (at least ``MIN_PARTIAL_PORTS`` each; fewer peers when even that does
+    not fit): a pair then covers only part of its paths, but the fleet's random ports
+    together cover the spine tier, which full-coverage-or-nothing left unprobed.
     """
     if src not in fabric.devices or fabric.devices[src].role != "nic":
         raise ConfigError(f"probe plan: --self {src!r} is not a NIC of inventory {fabric.name!r}")
@@ -264,10 +270,24 @@ def plan_probes(
     def total(groups: list[list[str]]) -> int:
         return sum(need[n] for g in groups for n in g)
 
+    sample = list(pod)
     while pod and total([tor, rail, pod]) > max_flows:
         pod.pop()
     while rail and total([tor, rail, pod]) > max_flows:
         rail.pop()
+    if not rail and not pod and sample:
+        # Nothing beyond the leaf fits at full coverage (a small budget, or many equal-cost
+        # paths): probe the sample at partial coverage rather than not at all, or no probe
+        # would ever cross a spine. The fleet's random ports cover the spine tier together.
+        spare = int(max_flows) - total([tor])
+        if spare >= len(sample) * MIN_PARTIAL_PORTS:
+            pod = sample
+            for n in pod:
+                need[n] = min(need[n], spare // len(pod))
+        elif spare >= MIN_PARTIAL_PORTS:
+            pod = sample[: spare // MIN_PARTIAL_PORTS]
+            for n in pod:
+                need[n] = min(need[n], spare // len(pod))
     kmax = max((need[n] for n in (*tor, *rail, *pod)), default=0)
     ports = tuple(int(p) for p in rng.choice(PORT_HI - PORT_LO + 1, size=kmax, replace=False) + PORT_LO)
     peers = tuple(
