@@ -81,12 +81,15 @@ CHECK_KINDS: Mapping[str, CheckKind] = {
         "dom", "optics", frozenset({"optic-degrading", "optic-rx-low"}), DOM_READ_NS,
         "ethtool -m IF (or the OpenConfig transceiver leaves): rx / tx power per lane"),
     "probe-burst": CheckKind(
-        "probe-burst", "probe", frozenset({"cpu-starved", "nic-fault"}),
+        "probe-burst", "probe", frozenset({"cpu-starved", "nic-fault", "gray-link",
+                                           "switch-fault"}),
         PROBE_BURST_NS + PROBE_TIMEOUT_NS,
         "a 500 ms burst of probes from the suspect's mesh peers (their probe agents): toward "
-        "a host's NICs (responder times far above the baseline = CPU starvation), or to and "
-        "from a NIC and its leaf-mates (loss on the NIC's paths only = the NIC)",
-        frozenset({"host", "nic"})),
+        "a host's NICs (responder times far above the baseline = CPU starvation), to and "
+        "from a NIC and its leaf-mates (loss on the NIC's paths only = the NIC), or along "
+        "paths through a cable or switch and through its neighbours (loss on the suspect's "
+        "paths only = the suspect)",
+        frozenset({"host", "nic", "cable", "switch"})),
     "trace-window": CheckKind(
         "trace-window", "straggler", frozenset({"slow-gpu"}), TRACE_WINDOW_NS,
         "fabricscope straggler analyze TRACES (the job's last 32 completed iterations, now "

@@ -33,7 +33,13 @@ production detectors' thresholds:
   from it, half on flows of the other NICs on its leaf (the controls: without them every
   probe crosses the NIC and the leaf alike and the analysis rightly calls it ambiguous):
   ``nic-fault`` on the NIC; left undecided when the analysis is ambiguous about the NIC or
-  fewer than ``BURST_MIN_SENT`` probes crossed it;
+  fewer than ``BURST_MIN_SENT`` probes crossed it. For a cable or a switch,
+  ``BURST_PROBES_PATH``: half on planned flows whose request or reply crosses it, half on
+  control flows through the devices at the cable's ends (a switch: its neighbours) but not
+  through it, so the analysis can tell a link from its switches and a switch from one of
+  its links: ``gray-link`` on a direction of the cable, ``switch-fault`` on the switch.
+  These decide presence only: a loss of a few tenths of a percent leaves one or two of the
+  ~500 probes through the suspect lost, so a clean burst is no evidence of absence;
 * ``trace-window`` (a GPU of the job): the straggler instrument's production analysis run
   now on the job's last 32 iterations completed at the request time (the trace store's,
   shared with the instrument), instead of at its next scheduled analysis: ``slow-gpu`` when
@@ -47,6 +53,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
+from scipy.sparse import csc_matrix
 
 from fabricscope.diagnosis.checks import (
     CHECK_KINDS,
@@ -84,6 +91,7 @@ QUEUE_BYTES = 1e6
 BURST_FLOWS = 64
 BURST_PROBES = 256
 BURST_PROBES_NIC = 512
+BURST_PROBES_PATH = 1024
 #: Least evidence for a decision: answered probes toward the host (``host_findings``'
 #: ``min_samples``).
 BURST_MIN_ANSWERS = 10
@@ -111,6 +119,8 @@ class TwinChecks:
         self._probe_ins = probe
         self._probe: tuple[TwinMesh, Baseline, ProbeTransport] | None = None
         self._burst: dict[CheckRequest, Observations] = {}
+        self._csc: csc_matrix | None = None
+        self._through_cache: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
         self.rmap = ResourceMap(spec.fabric)
         self.clock = SimClock(0)
         ins = telemetry or TelemetryInstrument()
@@ -245,6 +255,11 @@ class TwinChecks:
             idx = np.sort(np.concatenate([self._pick(own, BURST_FLOWS // 2, r),
                                           self._pick(ctl, BURST_FLOWS // 2, r + "/control")]))
             total = BURST_PROBES_NIC
+        elif self._is_switch(r) or r in self.fabric.link_by_id:
+            own, ctl = self._through(r)
+            idx = np.sort(np.concatenate([self._pick(own, BURST_FLOWS // 2, r),
+                                          self._pick(ctl, BURST_FLOWS // 2, r + "/control")]))
+            total = BURST_PROBES_PATH
         else:
             idx = self._pick(np.flatnonzero(np.isin(fl.dst_node, self._host_nodes(r))),
                              BURST_FLOWS, r)
@@ -258,18 +273,66 @@ class TwinChecks:
         d = self.fabric.devices.get(resource)
         return d is not None and d.role == "nic"
 
+    def _is_switch(self, resource: str) -> bool:
+        d = self.fabric.devices.get(resource)
+        return d is not None and d.is_switch
+
+    def _components(self, resource: str) -> tuple[list[int], list[int]]:
+        """Path-model components of a cable or switch suspect and of its controls: a cable's
+        two directed links, and the two devices at its ends; a switch's node, and its
+        neighbours' nodes (flows through them but not through the suspect separate it from
+        the devices it shares paths with)."""
+        ix = self.fabric.index
+        E = ix.n_edges
+        if resource in self.fabric.link_by_id:
+            a, b = resource.split("|")
+            ends = {a, b}
+            own = [e for e in range(E) if {ix.from_port[e], ix.to_port[e]} == ends]
+            ctl = [E + ix.node_of[port_device(p)] for p in (a, b)]
+            return own, ctl
+        mates = {port_device(p) for p in self.fabric.neighbors_ports(resource)}
+        return [E + ix.node_of[resource]], [E + ix.node_of[m] for m in sorted(mates)]
+
+    def _through(self, resource: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Planned flows whose request or reply crosses the suspect, and control flows that
+        cross one of its control components but not the suspect (:meth:`_components`)."""
+        hit = self._through_cache.get(resource)
+        if hit is None:
+            mesh, _base, _tr = self._probes()
+            P, pf, pr = mesh.model.patterns
+            csc = self._csc if self._csc is not None else P.tocsc()
+            self._csc = csc
+            own_c, ctl_c = self._components(resource)
+
+            def crossing(cols: list[int]) -> npt.NDArray[np.bool_]:
+                rows = np.asarray(csc[:, cols].sum(axis=1)).ravel() > 0
+                out: npt.NDArray[np.bool_] = rows[pf] | rows[pr]
+                return out
+
+            own = crossing(own_c)
+            ctl = crossing(ctl_c) & ~own
+            hit = (np.flatnonzero(own), np.flatnonzero(ctl))
+            self._through_cache[resource] = hit
+        return hit
+
     def _judge_burst(self, request: CheckRequest, done: int) -> CheckOutcome:
         obs = self._burst.pop(request)
         mesh, base, _tr = self._probes()
         answered = int(np.count_nonzero(obs.t_recv_ns >= 0))
         r = request.resource
         present: list[Observed] = []
+        path = False
         if self._is_nic(r):
             want = "nic-fault"
             node = self.fabric.index.node_of[r]
             fl = mesh.flows
             through = int(np.count_nonzero((fl.src_node[obs.flow] == node)
                                            | (fl.dst_node[obs.flow] == node)))
+            enough = through >= BURST_MIN_SENT
+        elif self._is_switch(r) or r in self.fabric.link_by_id:
+            want = "switch-fault" if self._is_switch(r) else "gray-link"
+            path = True
+            through = int(np.count_nonzero(np.isin(obs.flow, self._through(r)[0])))
             enough = through >= BURST_MIN_SENT
         else:
             want = "cpu-starved"
@@ -279,14 +342,17 @@ class TwinChecks:
                                        for f in found):
             enough = False  # the analysis cannot tell the NIC from a neighbour: undecided
         for f in found:
-            if f.kind == want and f.subject == request.resource:
+            if f.kind == want and (f.subject == r or (want == "gray-link" and r in
+                                                      self.rmap.resources(f.subject, "cable"))):
                 present.append(self._finding(request, want, f.subject, f.score,
                                              "; ".join(f.evidence) or want, done,
                                              {k: v for k, v in f.details.items()
                                               if isinstance(v, int | float | str)}, "probe"))
         detail = (f"{len(obs)} probes for {request.resource}, {answered} answered; analysis: "
                   + (", ".join(f"{f.kind} {f.subject}" for f in found[:4]) or "nothing"))
-        decided = (("probe", want),) if enough else ()
+        # a cable's or switch's burst decides presence only: loss of a few tenths of a
+        # percent leaves ~1 probe of 512 lost, so its absence is not evidence
+        decided = (("probe", want),) if enough and not path else ()
         return CheckOutcome(request, done, tuple(present), decided, (request.resource,), detail)
 
     # -- the straggler analysis on demand --------------------------------------------------
