@@ -260,6 +260,11 @@ def test_the_burst_now_reads_cables_and_switches() -> None:
     assert {"cable", "switch"} <= CHECK_KINDS["probe-burst"].resources
     assert "probe-burst" in kinds_for(kb.types["gray-link"])
     assert kinds_for(kb.types["switch-fault"]) == ("probe-burst",)
+    # on a cable or switch the burst decides presence only; a tree can walk without it
+    assert CHECK_KINDS["probe-burst"].presence_only == frozenset({"cable", "switch"})
+    assert kinds_for(kb.types["switch-fault"], presence_only=False) == ()
+    assert "probe-burst" not in kinds_for(kb.types["gray-link"], presence_only=False)
+    assert kinds_for(kb.types["nic-fault"], presence_only=False) == ("probe-burst",)
 
 
 def test_a_cable_burst_with_end_switch_controls_names_a_gray_link_not_its_switches(

@@ -152,15 +152,21 @@ class TreeWalker:
     different alarms proceed independently; a check another walk already ran (or is running)
     is not run twice. The checks and their costs are the coordinator's
     (:data:`~fabricscope.diagnosis.checks.CHECK_KINDS`), so a benchmark compares the two
-    procedures, not two sets of measurements.
+    procedures, not two sets of measurements. ``presence_only=False`` walks without the
+    checks that decide only presence on a branch's resource
+    (:attr:`~fabricscope.diagnosis.checks.CheckKind.presence_only`): run one after another,
+    such a check costs a walk its latency even when it finds nothing, so a benchmark times
+    the tree both ways.
 
     Driven by the caller's clock: :meth:`add` the alarms, :meth:`step` to advance the walks
     (it returns the checks to start), :meth:`outcome` with what a check found.
     """
 
-    def __init__(self, kb: KnowledgeBase, resource_of: ResourceOf, *, checks: bool = True) -> None:
+    def __init__(self, kb: KnowledgeBase, resource_of: ResourceOf, *, checks: bool = True,
+                 presence_only: bool = True) -> None:
         self.kb = kb
         self.checks = checks
+        self.presence_only = presence_only
         self.resource_of = resource_of
         self.seen: list[Observed] = []
         self.named: dict[tuple[str, str], int] = {}
@@ -229,7 +235,7 @@ class TreeWalker:
             self._name(w, ft, res, now_ns, f"confirmed by {g.source} {g.kind} ({g.id})")
             return None
         if w.kinds is None:
-            w.kinds = list(kinds_for(ft)) if self.checks else []
+            w.kinds = list(kinds_for(ft, presence_only=self.presence_only)) if self.checks else []
         while w.kinds:
             kind = w.kinds.pop(0)
             known = {s.key for s in ft.symptoms if (s.signal, s.finding, res) in self._checked}

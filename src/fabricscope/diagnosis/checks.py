@@ -63,6 +63,9 @@ class CheckKind:
     latency_ns: int
     how: str
     resources: frozenset[str] = frozenset({"cable", "port"})
+    #: Resource kinds on which the check decides presence only: a finding is evidence, a
+    #: clean result is not (it never excludes a symptom there).
+    presence_only: frozenset[str] = frozenset()
 
 
 CHECK_KINDS: Mapping[str, CheckKind] = {
@@ -89,7 +92,7 @@ CHECK_KINDS: Mapping[str, CheckKind] = {
         "from a NIC and its leaf-mates (loss on the NIC's paths only = the NIC), or along "
         "paths through a cable or switch and through its neighbours (loss on the suspect's "
         "paths only = the suspect)",
-        frozenset({"host", "nic", "cable", "switch"})),
+        frozenset({"host", "nic", "cable", "switch"}), frozenset({"cable", "switch"})),
     "trace-window": CheckKind(
         "trace-window", "straggler", frozenset({"slow-gpu"}), TRACE_WINDOW_NS,
         "fabricscope straggler analyze TRACES (the job's last 32 completed iterations, now "
@@ -160,14 +163,16 @@ class CheckRunner(Protocol):
         ...
 
 
-def kinds_for(ft: FaultType) -> tuple[str, ...]:
+def kinds_for(ft: FaultType, *, presence_only: bool = True) -> tuple[str, ...]:
     """The check kinds that decide an ``at: self`` symptom of ``ft`` (:data:`CHECK_KINDS`
-    order) and read ``ft``'s resource kind."""
+    order) and read ``ft``'s resource kind; ``presence_only=False`` leaves out the kinds
+    that decide only presence on that resource kind (:attr:`CheckKind.presence_only`)."""
     if ft.resource not in CHECKABLE:
         return ()
     keys = {s.key for s in ft.symptoms if s.at == "self"}
     return tuple(k for k, c in CHECK_KINDS.items()
-                 if ft.resource in c.resources and any((c.signal, f) in keys for f in c.decides))
+                 if ft.resource in c.resources and any((c.signal, f) in keys for f in c.decides)
+                 and (presence_only or ft.resource not in c.presence_only))
 
 
 def undecided(ft: FaultType, kind: str, known: Iterable[tuple[str, str]]) -> bool:
