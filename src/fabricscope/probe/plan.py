@@ -230,10 +230,11 @@ def plan_probes(
     The budget is respected by shrinking the rotating samples (cross-pod first, then the
     rail) until every flow gets at least ``min_probes_per_flow`` probes per epoch; the ToR
     mesh is never dropped. When no cross-leaf peer fits at ``coverage_target`` (a small
-    budget, or thousands of end-to-end paths), the cross-pod sample is kept with the ports
-    the budget leaves (at least ``MIN_PARTIAL_PORTS`` each; fewer peers when even that does
-    not fit): a pair then covers only part of its paths, but the fleet's random ports
-    together cover the spine tier, which full-coverage-or-nothing left unprobed.
+    budget, or thousands of end-to-end paths), the cross-pod sample is kept at partial
+    coverage: with as many flows as the ToR mesh has (at least ``MIN_PARTIAL_PORTS`` per
+    peer; fewer peers when the budget leaves less), split evenly. A pair then covers only
+    part of its paths, but the fleet's random ports together cover the spine tier, which
+    full-coverage-or-nothing left unprobed, and the ToR mesh keeps half the probes.
     """
     if src not in fabric.devices or fabric.devices[src].role != "nic":
         raise ConfigError(f"probe plan: --self {src!r} is not a NIC of inventory {fabric.name!r}")
@@ -279,7 +280,10 @@ def plan_probes(
         # Nothing beyond the leaf fits at full coverage (a small budget, or many equal-cost
         # paths): probe the sample at partial coverage rather than not at all, or no probe
         # would ever cross a spine. The fleet's random ports cover the spine tier together.
-        spare = int(max_flows) - total([tor])
+        # at most as many flows as the ToR mesh (or the least partial sample): the ToR mesh
+        # keeps at least half its probes, which its NIC and leaf verdicts need per window
+        spare = min(int(max_flows) - total([tor]),
+                    max(total([tor]), len(sample) * MIN_PARTIAL_PORTS))
         if spare >= len(sample) * MIN_PARTIAL_PORTS:
             pod = sample
             for n in pod:

@@ -342,7 +342,9 @@ class TwinChecks:
                                        for f in found):
             enough = False  # the analysis cannot tell the NIC from a neighbour: undecided
         for f in found:
-            if f.kind == want and (f.subject == r or (want == "gray-link" and r in
+            # one subject only: a tie between the suspect and another link is not the suspect
+            if f.kind == want and (f.subject == r or (want == "gray-link" and " | " not in
+                                                      f.subject and r in
                                                       self.rmap.resources(f.subject, "cable"))):
                 present.append(self._finding(request, want, f.subject, f.score,
                                              "; ".join(f.evidence) or want, done,
