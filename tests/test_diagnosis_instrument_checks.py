@@ -27,9 +27,12 @@ from fabricscope.service.instruments.straggler import (
     StragglerInstrument,
     iteration_slowdown,
     rank_slowdown,
+    transfer_slowdown,
 )
 from fabricscope.service.supervise_twin import run_loop
 from fabricscope.sim.faults import Fault
+from fabricscope.straggler.analysis import Options
+from fabricscope.twin.tracegen import TRACE_T0_NS
 from test_diagnosis_checks import _run
 
 NS = 1_000_000_000
@@ -49,10 +52,10 @@ def test_the_burst_check_reads_hosts_and_decides_cpu_starvation() -> None:
     assert {"host", "nic", "gpu"} <= CHECKABLE
     assert CHECK_KINDS["probe-burst"].resources == frozenset({"host", "nic", "cable", "switch"})
     assert kinds_for(kb.types["cpu-starved-host"]) == ("probe-burst",)
-    assert kinds_for(kb.types["nic-fault"]) == ("probe-burst",)
+    assert kinds_for(kb.types["nic-fault"]) == ("probe-burst", "trace-window")
     assert kinds_for(kb.types["slow-gpu"]) == ("trace-window",)
-    # no check decides a slow NIC: the gate still drops its suspicions
-    assert kinds_for(kb.types["slow-nic"]) == ()
+    # the straggler analysis run now decides a slow NIC too
+    assert kinds_for(kb.types["slow-nic"]) == ("trace-window",)
 
 
 @pytest.mark.parametrize("delay_ns", [3e5, 2e6])
@@ -264,7 +267,7 @@ def test_the_burst_now_reads_cables_and_switches() -> None:
     assert CHECK_KINDS["probe-burst"].presence_only == frozenset({"cable", "switch"})
     assert kinds_for(kb.types["switch-fault"], presence_only=False) == ()
     assert "probe-burst" not in kinds_for(kb.types["gray-link"], presence_only=False)
-    assert kinds_for(kb.types["nic-fault"], presence_only=False) == ("probe-burst",)
+    assert kinds_for(kb.types["nic-fault"], presence_only=False) == ("probe-burst", "trace-window")
 
 
 def test_a_cable_burst_with_end_switch_controls_names_a_gray_link_not_its_switches(
@@ -329,3 +332,60 @@ def test_the_loop_names_a_gray_link_from_the_burst_before_the_tracker_opens(
     assert t_on is not None and t_off is not None
     assert t_on <= t_off - 3 * NS  # one probe step (5 s) less the burst's 1.5 s
     assert on.suspicion_stats["confirmed"] >= 1
+
+
+# -- a slow NIC: its ring's transfer, then the analysis on demand ------------------------------
+
+@pytest.fixture(scope="module")
+def fabric32() -> Fabric:
+    """The benchmark's shape: its 128-GPU job's data-parallel rings cross hosts (on 8
+    servers every ring stays inside one host and only NVLink carries it)."""
+    return rail_optimized_fabric(32)
+
+
+def _job_nics(fabric: Fabric, ins: StragglerInstrument) -> list[str]:
+    jt = ins.job_trace(ScenarioSpec(fabric, [], 60.0, 1))
+    return sorted(set(jt.devices.nic.values()))
+
+
+def test_a_slow_nic_slows_its_rings_transfer_and_only_that(fabric32: Fabric) -> None:
+    fabric = fabric32
+    ins = StragglerInstrument()
+    nic = _job_nics(fabric, ins)[3]
+    rel = 1.0 + Options().comm_rel
+    healthy, _ = transfer_slowdown(ins.job_trace(ScenarioSpec(fabric, [], 60.0, 2)).trace)
+    assert healthy.size and np.nanmax(healthy) < rel
+    spec = ScenarioSpec(fabric, [Fault("slow-nic", nic, 20 * NS, None, {"factor": 0.4})], 60.0, 2)
+    jt = ins.job_trace(spec)
+    ratio, groups = transfer_slowdown(jt.trace)
+    after = jt.it_end - TRACE_T0_NS > 22 * NS
+    slow_cols = np.flatnonzero(np.nanmin(ratio[after], axis=0) > rel)
+    assert slow_cols.size >= 1  # the rings through the NIC, every iteration after the onset
+    for c in slow_cols:
+        ranks = jt.trace.groups[groups[c]]
+        assert nic in {jt.devices.nic[r] for r in ranks}
+    others = np.setdiff1d(np.arange(ratio.shape[1]), slow_cols)
+    assert np.nanmax(ratio[:, others]) < rel
+
+
+@pytest.mark.parametrize(("factor", "seed"), [(0.4, 1), (0.15, 2)])
+def test_the_loop_names_a_slow_nic_from_its_ring_before_the_next_analysis(
+        fabric32: Fabric, factor: float, seed: int) -> None:
+    fabric = fabric32
+    ins = StragglerInstrument(suspicions=True)
+    nic = _job_nics(fabric, ins)[5]
+    spec = ScenarioSpec(fabric, [Fault("slow-nic", nic, 31 * NS, None, {"factor": factor})],
+                        90.0, seed)
+    on = run_loop(spec, [ins], checks=TwinChecks(spec, straggler=ins))
+    off = run_loop(spec, [ins], checks=TwinChecks(spec, straggler=ins),
+                   findings=on.findings + on.suspicions, params=CorrelatorParams(suspicions=None))
+    pair = (nic, "slow-nic")
+    assert on.predicted() == [pair] and off.predicted() == [pair]
+    t_on, t_off = on.first_named(pair), off.first_named(pair)
+    assert t_on is not None and t_off is not None and t_on < t_off - 5 * NS
+    sus = on.suspicions
+    assert sus and all(o.finding.details["anticipates"] == "slow-nic" for o in sus)
+    assert all(nic in o.subject.split(" | ") for o in sus)  # the NIC's ring, never another
+    assert min(o.reported_ns for o in sus) > 31 * NS
+    healthy = ins.run(ScenarioSpec(fabric, [], 90.0, seed))
+    assert not any(is_suspicion(o) for o in healthy)

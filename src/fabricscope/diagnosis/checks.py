@@ -94,10 +94,10 @@ CHECK_KINDS: Mapping[str, CheckKind] = {
         "paths only = the suspect)",
         frozenset({"host", "nic", "cable", "switch"}), frozenset({"cable", "switch"})),
     "trace-window": CheckKind(
-        "trace-window", "straggler", frozenset({"slow-gpu"}), TRACE_WINDOW_NS,
+        "trace-window", "straggler", frozenset({"slow-gpu", "slow-nic"}), TRACE_WINDOW_NS,
         "fabricscope straggler analyze TRACES (the job's last 32 completed iterations, now "
         "rather than at the next scheduled analysis)",
-        frozenset({"gpu"})),
+        frozenset({"gpu", "nic"})),
 }
 
 #: Resource kinds some check can read (the ports of a cable or a port, a host's or NIC's

@@ -360,19 +360,27 @@ class TwinChecks:
     # -- the straggler analysis on demand --------------------------------------------------
     def _trace_window(self, request: CheckRequest, done: int) -> CheckOutcome:
         ins = self._straggler or StragglerInstrument()
-        if request.resource not in set(ins.job_gpus(self.spec)):
-            return CheckOutcome(request, done, (), (), (request.resource,),
-                                f"{request.resource} is not a GPU of the traced job")
+        r = request.resource
+        gpus = ins.job_gpus(self.spec)
+        if r in set(gpus):
+            want = "slow-gpu"
+        elif self._is_nic(r) and r in set(ins.job_trace(self.spec).devices.nic.values()):
+            want = "slow-nic"
+        else:
+            return CheckOutcome(request, done, (), (), (r,),
+                                f"{r} is not a GPU or NIC of the traced job")
         k, found = ins.analysis_at(self.spec, request.requested_ns)
+        # a query of the whole job's traces: everything the analysis names now is evidence
+        # (a ring's slow NIC need not be the one the suspicion named first)
         present = [self._finding(request, f.kind, f.subject, f.score,
                                  "; ".join(f.evidence) or f.kind, done,
                                  {k2: v for k2, v in f.details.items()
                                   if isinstance(v, int | float | str)}, "straggler")
-                   for f in found if f.kind == "slow-gpu" and f.subject == request.resource]
+                   for f in found if f.kind in ("slow-gpu", "slow-nic", "slow-switch")]
         detail = (f"straggler analysis on {min(k, ins.window)} iterations to {k}: "
                   + (", ".join(f"{f.kind} {f.subject}" for f in found[:4]) or "nothing"))
-        decided = (("straggler", "slow-gpu"),) if k >= 2 else ()
-        return CheckOutcome(request, done, tuple(present), decided, (request.resource,), detail)
+        decided = (("straggler", want),) if k >= 2 else ()
+        return CheckOutcome(request, done, tuple(present), decided, (r,), detail)
 
     # -- judgements ------------------------------------------------------------------------------
     def _finding(self, request: CheckRequest, kind: str, subject: str, score: float, ev: str,

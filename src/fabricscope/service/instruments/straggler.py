@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -28,7 +29,7 @@ from fabricscope.sim.faults import Fault
 from fabricscope.sim.workload.placement import Placement, place_ranks
 from fabricscope.straggler.analysis import Options, analyze
 from fabricscope.straggler.devices import DeviceMap, rank_devices
-from fabricscope.straggler.table import COMPUTE, OpTable, from_columns
+from fabricscope.straggler.table import COLLECTIVE, COMPUTE, OpTable, from_columns
 from fabricscope.twin.tracegen import (
     TRACE_T0_NS,
     TwinJob,
@@ -150,6 +151,50 @@ def iteration_slowdown(tr: TwinTrace, world: int) -> F64:
     return out
 
 
+def transfer_slowdown(tr: TwinTrace) -> tuple[F64, list[int]]:
+    """Each collective group's transfer time per iteration over its class median:
+    ``([iteration, group], group ids)``.
+
+    A group's transfer in an iteration is its last end minus its last start (the ring moves
+    data only once every member has joined, so the wait for a late rank is left out); its
+    class is the groups of the same operator and size, and the reference the class median
+    in the same iteration (the analysis' own ``comm_rel`` reference,
+    docs/design/straggler-localization.md). Only groups spanning two or more hosts are
+    kept: they are the ones that cross NICs. NaN where a group has no such operator.
+    """
+    coll = tr.kind == COLLECTIVE
+    hosts = [h for h, _g in tr.placement]
+    keep = [g for g in np.unique(tr.group[coll]).tolist()
+            if len({hosts[r] for r in tr.groups[g]}) > 1] if hosts else []
+    n_it = int(tr.iteration.max()) + 1 if len(tr) else 0
+    out = np.full((n_it, len(keep)), np.nan)
+    if not keep or n_it == 0:
+        return out, keep
+    col = np.full(len(tr.groups), -1, dtype=np.int64)
+    col[keep] = np.arange(len(keep))
+    m = coll & (col[tr.group] >= 0)
+    it, c = tr.iteration[m], col[tr.group[m]]
+    lo = np.iinfo(np.int64).min
+    last_start = np.full((n_it, len(keep)), lo, dtype=np.int64)
+    last_end = np.full((n_it, len(keep)), lo, dtype=np.int64)
+    np.maximum.at(last_start, (it, c), tr.start[m])
+    np.maximum.at(last_end, (it, c), tr.end[m])
+    seen = last_end > lo
+    xfer = np.where(seen, (last_end - last_start).astype(np.float64), np.nan)
+    cls = np.zeros(len(keep), dtype=np.int64)
+    key: dict[tuple[int, int], int] = {}
+    for j, g in enumerate(keep):
+        first = int(np.flatnonzero(m & (tr.group == g))[0])
+        cls[j] = key.setdefault((int(tr.op[first]), int(tr.nbytes[first])), len(key))
+    for k in range(len(key)):
+        cols = cls == k
+        with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # an iteration without the class
+            ref = np.nanmedian(xfer[:, cols], axis=1, keepdims=True)
+            out[:, cols] = np.where(ref > 0, xfer[:, cols] / ref, np.nan)
+    return out, keep
+
+
 @dataclass(frozen=True, slots=True)
 class JobTrace:
     """A scenario's job trace as the trace store holds it: the table the analysis reads,
@@ -196,7 +241,11 @@ class StragglerInstrument:
         compute time is above its stage's median by more than the analysis' ``compute_rel``
         and no analysis has named it yet, anticipating ``slow-gpu`` (the analysis itself
         runs only every ``every_iterations`` and also wants a robust-sigma excess and a
-        material replay gain). Default off.
+        material replay gain); and for a collective group spanning hosts whose transfer
+        is above its class median by more than ``comm_rel`` in ``min_iterations`` in a row,
+        anticipating ``slow-nic`` on the group's NICs (:func:`transfer_slowdown`; healthy
+        twin groups stay within 7 % of their class, a NIC at 0.4x its rate makes its ring
+        2.5x). Default off.
     """
 
     name = "straggler"
@@ -306,6 +355,7 @@ class StragglerInstrument:
                 if o.kind == "slow-gpu":
                     named.setdefault(o.subject, o.reported_ns)
             out.extend(self._suspicions(tr, it_end[:done], job.world_size, named))
+            out.extend(self._transfer_suspicions(tr, it_end[:done], devices, out))
         return out
 
     def job_trace(self, spec: ScenarioSpec) -> JobTrace:
@@ -367,6 +417,46 @@ class StragglerInstrument:
                 f"{i - need + 1}-{i} (not yet a finding: the analysis runs every {self.every} "
                 f"iterations and also wants a robust-sigma excess and a material replay gain)"))
         return out
+
+    def _transfer_suspicions(self, tr: TwinTrace, it_end: I64, devices: DeviceMap,
+                             out: list[Observed]) -> list[Observed]:
+        """One suspicion per collective group and completed iteration ending a run of
+        ``min_iterations`` whose transfer is above its class median by more than the
+        analysis' ``comm_rel`` (:func:`transfer_slowdown`), anticipating ``slow-nic`` on the
+        group's NICs, until an analysis names a slow NIC or switch of the job: a slow NIC or
+        a degraded access link slows its whole ring, so which NIC is for the analysis (run
+        now by the ``trace-window`` check) to say."""
+        opt = self.options or Options()
+        rel, need = opt.comm_rel, max(1, opt.min_iterations)
+        ratio, groups = transfer_slowdown(tr)
+        ratio = ratio[: it_end.size]
+        named = min((o.reported_ns for o in out if o.source == "straggler"
+                     and o.kind in ("slow-nic", "slow-switch")), default=None)
+        slow = np.nan_to_num(ratio, nan=0.0) > 1.0 + rel
+        run = slow.copy()
+        for j in range(1, need):
+            run[j:] &= slow[:-j]
+            run[:j] = False
+        sus: list[Observed] = []
+        it, col = np.nonzero(run)
+        for i, c in zip(it.tolist(), col.tolist(), strict=True):
+            t = int(it_end[i]) - TRACE_T0_NS
+            if named is not None and named <= t:
+                continue
+            nics = list(dict.fromkeys(devices.nic[r] for r in tr.groups[groups[c]]
+                                      if r in devices.nic))
+            if not nics:
+                continue
+            v = float(ratio[i, c])
+            sus.append(suspicion(
+                "straggler", "slow-nic", " | ".join(nics), t, (t, t),
+                statistic="one iteration's collective transfer over its class median",
+                value=v, early=1.0 + rel, alarm=1.0 + rel,
+                evidence=f"{tr.op_names[int(tr.op[tr.group == groups[c]][0])]} of "
+                f"{len(nics)} NICs ({nics[0]}, ...): transfer {v:.2f}x its class median in "
+                f"iterations {i - need + 1}-{i} (not yet a finding: the analysis runs every "
+                f"{self.every} iterations)"))
+        return sus
 
     def _scenario_finding(self, f: Finding, affected: dict[str, int], job: TwinJob) -> Finding:
         details: dict[str, float | int | str] = {**f.details, "job": self.job_name}
