@@ -20,7 +20,7 @@ from fabricscope.diagnosis.knowledge import load_kb
 from fabricscope.diagnosis.suspicions import SuspicionGate, is_suspicion, suspicion
 from fabricscope.fabric.builders import fat_tree_fabric, leaf_spine_fabric, rail_optimized_fabric
 from fabricscope.fabric.inventory import Fabric
-from fabricscope.service.instruments import ScenarioSpec
+from fabricscope.service.instruments import Instrument, ScenarioSpec
 from fabricscope.service.instruments.checks import BURST_PROBES, TwinChecks
 from fabricscope.service.instruments.probe import ProbeInstrument
 from fabricscope.service.instruments.straggler import (
@@ -29,7 +29,7 @@ from fabricscope.service.instruments.straggler import (
     rank_slowdown,
     transfer_slowdown,
 )
-from fabricscope.service.supervise_twin import run_loop
+from fabricscope.service.supervise_twin import LoopResult, run_loop
 from fabricscope.sim.faults import Fault
 from fabricscope.straggler.analysis import Options
 from fabricscope.twin.tracegen import TRACE_T0_NS
@@ -135,18 +135,25 @@ def test_the_instrument_suspects_a_starved_host_before_its_window_alarms(fabric:
     assert not any(is_suspicion(o) or o.kind == "cpu-starved" for o in healthy)
 
 
+def _on_off(spec: ScenarioSpec, ins: list[Instrument], pair: tuple[str, str],
+            straggler: StragglerInstrument | None = None) -> tuple[LoopResult, LoopResult, int, int]:
+    """The loop with the suspicion channel and again without it (the same findings); both
+    name ``pair`` alone; (on, off, first named on, first named off)."""
+    on = run_loop(spec, ins, checks=TwinChecks(spec, straggler=straggler))
+    off = run_loop(spec, ins, checks=TwinChecks(spec, straggler=straggler),
+                   findings=on.findings + on.suspicions, params=CorrelatorParams(suspicions=None))
+    assert on.predicted() == [pair] and off.predicted() == [pair]
+    t_on, t_off = on.first_named(pair), off.first_named(pair)
+    assert t_on is not None and t_off is not None
+    return on, off, t_on, t_off
+
+
 @pytest.mark.parametrize(("host", "onset_s", "seed"), [("host0001", 33.3, 1), ("host0003", 47.9, 2)])
 def test_the_loop_names_a_starved_host_from_the_burst_earlier(fabric: Fabric, host: str,
                                                               onset_s: float, seed: int) -> None:
     spec = ScenarioSpec(fabric, [_starved(host, onset_s)], 120.0, seed)
-    ins = [ProbeInstrument(suspicions=True)]
-    on = run_loop(spec, ins, checks=TwinChecks(spec))
-    off = run_loop(spec, ins, checks=TwinChecks(spec), findings=on.findings + on.suspicions,
-                   params=CorrelatorParams(suspicions=None))
     pair = (host, "cpu-starved-host")
-    assert on.predicted() == [pair] and off.predicted() == [pair]
-    t_on, t_off = on.first_named(pair), off.first_named(pair)
-    assert t_on is not None and t_off is not None
+    on, _off, t_on, t_off = _on_off(spec, [ProbeInstrument(suspicions=True)], pair)
     assert t_on < t_off - 10 * NS
     assert on.suspicion_stats["confirmed"] == 1 and on.suspicion_stats["limited"] == 0
     inc = next(i for i in on.incidents if pair in [rc.key for rc in i.root_causes])
@@ -322,14 +329,7 @@ def test_the_loop_names_a_gray_link_from_the_burst_before_the_tracker_opens(
     edge = f"{spine_end}->{leaf_end}"
     spec = ScenarioSpec(fabric, [Fault("gray-loss", edge, int(onset_s * NS), None,
                                        {"loss": loss})], 120.0, seed)
-    ins = [ProbeInstrument(suspicions=True)]
-    on = run_loop(spec, ins, checks=TwinChecks(spec))
-    off = run_loop(spec, ins, checks=TwinChecks(spec), findings=on.findings + on.suspicions,
-                   params=CorrelatorParams(suspicions=None))
-    pair = (cable, "gray-link")
-    assert on.predicted() == [pair] and off.predicted() == [pair]
-    t_on, t_off = on.first_named(pair), off.first_named(pair)
-    assert t_on is not None and t_off is not None
+    on, _off, t_on, t_off = _on_off(spec, [ProbeInstrument(suspicions=True)], (cable, "gray-link"))
     assert t_on <= t_off - 3 * NS  # one probe step (5 s) less the burst's 1.5 s
     assert on.suspicion_stats["confirmed"] >= 1
 
@@ -376,13 +376,8 @@ def test_the_loop_names_a_slow_nic_from_its_ring_before_the_next_analysis(
     nic = _job_nics(fabric, ins)[5]
     spec = ScenarioSpec(fabric, [Fault("slow-nic", nic, 31 * NS, None, {"factor": factor})],
                         90.0, seed)
-    on = run_loop(spec, [ins], checks=TwinChecks(spec, straggler=ins))
-    off = run_loop(spec, [ins], checks=TwinChecks(spec, straggler=ins),
-                   findings=on.findings + on.suspicions, params=CorrelatorParams(suspicions=None))
-    pair = (nic, "slow-nic")
-    assert on.predicted() == [pair] and off.predicted() == [pair]
-    t_on, t_off = on.first_named(pair), off.first_named(pair)
-    assert t_on is not None and t_off is not None and t_on < t_off - 5 * NS
+    on, _off, t_on, t_off = _on_off(spec, [ins], (nic, "slow-nic"), straggler=ins)
+    assert t_on < t_off - 5 * NS
     sus = on.suspicions
     assert sus and all(o.finding.details["anticipates"] == "slow-nic" for o in sus)
     assert all(nic in o.subject.split(" | ") for o in sus)  # the NIC's ring, never another
