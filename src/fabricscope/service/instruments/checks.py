@@ -40,10 +40,12 @@ production detectors' thresholds:
   its links: ``gray-link`` on a direction of the cable, ``switch-fault`` on the switch.
   These decide presence only: a loss of a few tenths of a percent leaves one or two of the
   ~500 probes through the suspect lost, so a clean burst is no evidence of absence;
-* ``trace-window`` (a GPU of the job): the straggler instrument's production analysis run
-  now on the job's last 32 iterations completed at the request time (the trace store's,
-  shared with the instrument), instead of at its next scheduled analysis: ``slow-gpu`` when
-  it names the GPU. It decides only for a GPU the job uses, with >= 2 iterations done.
+* ``trace-window`` (a GPU or NIC of the job): the straggler instrument's production
+  analysis run now on the job's last 32 iterations completed at the request time (the trace
+  store's, shared with the instrument), instead of at its next scheduled analysis. It is a
+  query of the whole job, so every slow GPU, NIC or switch it names is present (a ring's
+  slow NIC need not be the NIC the suspicion named first); it decides ``slow-gpu`` on a GPU
+  or ``slow-nic`` on a NIC the job uses, with >= 2 iterations done.
 """
 
 from __future__ import annotations
