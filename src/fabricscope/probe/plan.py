@@ -279,17 +279,13 @@ def plan_probes(
     if not rail and not pod and sample:
         # Nothing beyond the leaf fits at full coverage (a small budget, or many equal-cost
         # paths): probe the sample at partial coverage rather than not at all, or no probe
-        # would ever cross a spine. The fleet's random ports cover the spine tier together.
-        # at most as many flows as the ToR mesh (or the least partial sample): the ToR mesh
-        # keeps at least half its probes, which its NIC and leaf verdicts need per window
+        # would ever cross a spine (the fleet's random ports cover the spine tier together).
+        # It gets at most as many flows as the ToR mesh (or the least partial sample), so
+        # the ToR mesh keeps at least half its probes, which its NIC and leaf verdicts need.
         spare = min(int(max_flows) - total([tor]),
                     max(total([tor]), len(sample) * MIN_PARTIAL_PORTS))
-        if spare >= len(sample) * MIN_PARTIAL_PORTS:
-            pod = sample
-            for n in pod:
-                need[n] = min(need[n], spare // len(pod))
-        elif spare >= MIN_PARTIAL_PORTS:
-            pod = sample[: spare // MIN_PARTIAL_PORTS]
+        if spare >= MIN_PARTIAL_PORTS:
+            pod = sample[: min(len(sample), spare // MIN_PARTIAL_PORTS)]
             for n in pod:
                 need[n] = min(need[n], spare // len(pod))
     kmax = max((need[n] for n in (*tor, *rail, *pod)), default=0)
