@@ -32,7 +32,7 @@ from fabricscope.service.instruments.straggler import (
 from fabricscope.service.supervise_twin import LoopResult, run_loop
 from fabricscope.sim.faults import Fault
 from fabricscope.straggler.analysis import Options
-from fabricscope.twin.tracegen import TRACE_T0_NS
+from fabricscope.twin.tracegen import TRACE_T0_NS, TwinJob
 from test_diagnosis_checks import _run
 
 NS = 1_000_000_000
@@ -384,3 +384,55 @@ def test_the_loop_names_a_slow_nic_from_its_ring_before_the_next_analysis(
     assert min(o.reported_ns for o in sus) > 31 * NS
     healthy = ins.run(ScenarioSpec(fabric, [], 90.0, seed))
     assert not any(is_suspicion(o) for o in healthy)
+
+
+@pytest.mark.parametrize("shape", ["leaf-spine", "fat-tree"])
+def test_path_bursts_decide_on_other_fabric_shapes(shape: str) -> None:
+    """Cable and switch bursts beyond the rail-optimized benchmark fabric: a lossy upper
+    switch is named; a one-way gray uplink is named, or (fat-tree: the sampled flows through
+    a ToR-aggregation link may all go on over one aggregation-core link) left as the tie the
+    analysis reports, never named on another link; the uplink's end switch is not the
+    uplink; nothing is named on a healthy fabric."""
+    fab = (leaf_spine_fabric(leaves=4, hosts_per_leaf=4, spines=2) if shape == "leaf-spine"
+           else fat_tree_fabric(k=4))
+    cable, low_end, top_end = _spine_link(fab)
+    top = top_end.rsplit(":", 1)[0]
+    named = 0
+    for seed in (1, 2, 3):
+        def burst(fault: Fault | None, resource: str, seed: int = seed) -> CheckOutcome:
+            spec = ScenarioSpec(fab, [fault] if fault else [], 60, seed)
+            return _run(TwinChecks(spec), "probe-burst", resource, 20)
+
+        bad = burst(Fault("switch-fault", top, 10 * NS, None, {"loss": 0.03}), top)
+        assert [(o.kind, o.subject) for o in bad.present] == [("switch-fault", top)]
+        for edge in (f"{low_end}->{top_end}", f"{top_end}->{low_end}"):
+            gray = burst(Fault("gray-loss", edge, 10 * NS, None, {"loss": 0.03}), cable)
+            assert [(o.kind, o.subject) for o in gray.present] in ([("gray-link", edge)], [])
+            assert edge in gray.detail  # named alone, or in the analysis' tie
+            named += len(gray.present)
+        not_cable = burst(Fault("switch-fault", top, 10 * NS, None, {"loss": 0.03}), cable)
+        assert not_cable.present == () and not_cable.decided == ()
+        for r in (top, cable):
+            clean = burst(None, r)
+            assert clean.present == () and clean.decided == ()
+    assert named >= (6 if shape == "leaf-spine" else 4)  # of 6
+
+
+def test_a_slow_nic_ring_is_suspected_on_another_fabric_and_job_shape() -> None:
+    """A leaf-spine fabric with one GPU per host and a DP8 x PP2 job (no tensor
+    parallelism, 2 rings of 8 NICs): the ring of a NIC at 0.3x is suspected within a few
+    iterations, long before the scheduled analysis names the NIC; a healthy run, nothing."""
+    fab = leaf_spine_fabric(leaves=4, hosts_per_leaf=4, spines=2)
+    job = TwinJob(dp=8, tp=1, pp=2, microbatches=4, iterations=1, fwd_ns=50_000_000,
+                  bwd_ns=100_000_000, optimizer_ns=12_500_000, grad_bytes=float(8 << 30))
+    ins = StragglerInstrument(job=job, suspicions=True)
+    nic = _job_nics(fab, ins)[3]
+    out = ins.run(ScenarioSpec(fab, [Fault("slow-nic", nic, 20 * NS, None, {"factor": 0.3})],
+                               60.0, 2))
+    sus = [o for o in out if is_suspicion(o)]
+    named = [o.reported_ns for o in out if not is_suspicion(o) and (o.kind, o.subject) == (
+        "slow-nic", nic)]
+    assert sus and named
+    assert all(nic in o.subject.split(" | ") for o in sus)
+    assert 20 * NS < sus[0].reported_ns < named[0] - 10 * NS
+    assert not any(is_suspicion(o) for o in ins.run(ScenarioSpec(fab, [], 60.0, 2)))

@@ -83,6 +83,7 @@ from fabricscope.twin.state import Twin, TwinLeaf
 
 __all__ = ["TwinChecks"]
 
+I64 = npt.NDArray[np.int64]
 NS = 1_000_000_000
 ERROR_MIN = 1.0
 PAUSE_RATE = 10_000.0
@@ -122,7 +123,7 @@ class TwinChecks:
         self._probe: tuple[TwinMesh, Baseline, ProbeTransport] | None = None
         self._burst: dict[CheckRequest, Observations] = {}
         self._csc: csc_matrix | None = None
-        self._through_cache: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
+        self._through_cache: dict[str, tuple[I64, I64]] = {}
         self.rmap = ResourceMap(spec.fabric)
         self.clock = SimClock(0)
         ins = telemetry or TelemetryInstrument()
@@ -235,41 +236,46 @@ class TwinChecks:
         mates = {port_device(p) for p in self.fabric.neighbors_ports(leaves[0])}
         return sorted(ix.node_of[m] for m in mates if m != nic and devs[m].role == "nic")
 
-    def _pick(self, idx: npt.NDArray[np.int64], k: int, key: str) -> npt.NDArray[np.int64]:
+    def _pick(self, idx: I64, k: int, key: str) -> I64:
         if idx.size <= k:
             return idx
         rng = np.random.default_rng(zlib.crc32(key.encode()) + self.spec.seed)
         return np.sort(rng.choice(idx, k, replace=False))
 
-    def _send_burst(self, request: CheckRequest) -> Observations:
-        """Probes over planned flows, spread over ``PROBE_BURST_NS`` from the request: toward
-        a host's NICs (``BURST_PROBES``), or to and from a NIC plus its leaf-mates' flows
-        (``BURST_PROBES_NIC``); flows drawn deterministically per suspect."""
-        mesh, _base, tr = self._probes()
-        fl = mesh.flows
-        r = request.resource
-        total = BURST_PROBES
+    def _burst_plan(self, resource: str) -> tuple[str, I64, I64, int]:
+        """(finding decided, the suspect's own planned flows, control flows, probes) of a
+        burst for ``resource``: a NIC, flows to and from it plus its leaf-mates' flows; a
+        cable or switch, flows through it plus flows through its end devices / neighbours
+        (:meth:`_through`); a host, flows toward its NICs and no controls."""
+        fl = self._probes()[0].flows
+        r = resource
         if self._is_nic(r):
             node = self.fabric.index.node_of[r]
             own = np.flatnonzero((fl.src_node == node) | (fl.dst_node == node))
             mates = self._leaf_mates(r)
             ctl = np.flatnonzero(np.isin(fl.src_node, mates) | np.isin(fl.dst_node, mates))
-            idx = np.sort(np.concatenate([self._pick(own, BURST_FLOWS // 2, r),
-                                          self._pick(ctl, BURST_FLOWS // 2, r + "/control")]))
-            total = BURST_PROBES_NIC
-        elif self._is_switch(r) or r in self.fabric.link_by_id:
+            return "nic-fault", own, ctl, BURST_PROBES_NIC
+        if self._is_switch(r) or r in self.fabric.link_by_id:
             own, ctl = self._through(r)
-            idx = np.sort(np.concatenate([self._pick(own, BURST_FLOWS // 2, r),
-                                          self._pick(ctl, BURST_FLOWS // 2, r + "/control")]))
-            total = BURST_PROBES_PATH
-        else:
-            idx = self._pick(np.flatnonzero(np.isin(fl.dst_node, self._host_nodes(r))),
-                             BURST_FLOWS, r)
+            return ("switch-fault" if self._is_switch(r) else "gray-link"), own, ctl, \
+                BURST_PROBES_PATH
+        own = np.flatnonzero(np.isin(fl.dst_node, self._host_nodes(r)))
+        return "cpu-starved", own, own[:0], BURST_PROBES
+
+    def _send_burst(self, request: CheckRequest) -> Observations:
+        """Probes over planned flows, spread over ``PROBE_BURST_NS`` from the request: the
+        suspect's own flows, half of them beside controls when it has any
+        (:meth:`_burst_plan`); flows drawn deterministically per suspect."""
+        mesh, _base, tr = self._probes()
+        r = request.resource
+        _want, own, ctl, total = self._burst_plan(r)
+        idx = self._pick(own, BURST_FLOWS, r) if not ctl.size else np.sort(np.concatenate(
+            [self._pick(own, BURST_FLOWS // 2, r), self._pick(ctl, BURST_FLOWS // 2, r + "/control")]))
         per = -(-total // max(idx.size, 1))
         n = idx.size * per
         flow = np.repeat(idx, per)
         ts = request.requested_ns + (np.arange(n, dtype=np.int64) * PROBE_BURST_NS) // max(n, 1)
-        return to_observations(tr.carry(flow, ts), fl)
+        return to_observations(tr.carry(flow, ts), mesh.flows)
 
     def _is_nic(self, resource: str) -> bool:
         d = self.fabric.devices.get(resource)
@@ -288,14 +294,13 @@ class TwinChecks:
         E = ix.n_edges
         if resource in self.fabric.link_by_id:
             a, b = resource.split("|")
-            ends = {a, b}
-            own = [e for e in range(E) if {ix.from_port[e], ix.to_port[e]} == ends]
+            own = [self.fabric.edge_index(f"{a}->{b}"), self.fabric.edge_index(f"{b}->{a}")]
             ctl = [E + ix.node_of[port_device(p)] for p in (a, b)]
             return own, ctl
         mates = {port_device(p) for p in self.fabric.neighbors_ports(resource)}
         return [E + ix.node_of[resource]], [E + ix.node_of[m] for m in sorted(mates)]
 
-    def _through(self, resource: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    def _through(self, resource: str) -> tuple[I64, I64]:
         """Planned flows whose request or reply crosses the suspect, and control flows that
         cross one of its control components but not the suspect (:meth:`_components`)."""
         hit = self._through_cache.get(resource)
@@ -323,22 +328,12 @@ class TwinChecks:
         answered = int(np.count_nonzero(obs.t_recv_ns >= 0))
         r = request.resource
         present: list[Observed] = []
-        path = False
-        if self._is_nic(r):
-            want = "nic-fault"
-            node = self.fabric.index.node_of[r]
-            fl = mesh.flows
-            through = int(np.count_nonzero((fl.src_node[obs.flow] == node)
-                                           | (fl.dst_node[obs.flow] == node)))
-            enough = through >= BURST_MIN_SENT
-        elif self._is_switch(r) or r in self.fabric.link_by_id:
-            want = "switch-fault" if self._is_switch(r) else "gray-link"
-            path = True
-            through = int(np.count_nonzero(np.isin(obs.flow, self._through(r)[0])))
-            enough = through >= BURST_MIN_SENT
-        else:
-            want = "cpu-starved"
+        want, own, _ctl, _total = self._burst_plan(r)
+        path = want in ("gray-link", "switch-fault")
+        if want == "cpu-starved":
             enough = answered >= BURST_MIN_ANSWERS
+        else:  # enough probes crossed the suspect to judge it
+            enough = int(np.count_nonzero(np.isin(obs.flow, own))) >= BURST_MIN_SENT
         found = analyze(self.fabric, mesh.model, obs, base) if enough else []
         if want == "nic-fault" and any(f.kind == "ambiguous" and r in f.subject.split(" | ")
                                        for f in found):

@@ -181,11 +181,12 @@ def transfer_slowdown(tr: TwinTrace) -> tuple[F64, list[int]]:
     np.maximum.at(last_end, (it, c), tr.end[m])
     seen = last_end > lo
     xfer = np.where(seen, (last_end - last_start).astype(np.float64), np.nan)
-    cls = np.zeros(len(keep), dtype=np.int64)
+    # each group's class from its first operator (np.unique: first index per group)
+    rows = np.flatnonzero(m)
+    _gs, first = np.unique(tr.group[rows], return_index=True)  # sorted like ``keep``
     key: dict[tuple[int, int], int] = {}
-    for j, g in enumerate(keep):
-        first = int(np.flatnonzero(m & (tr.group == g))[0])
-        cls[j] = key.setdefault((int(tr.op[first]), int(tr.nbytes[first])), len(key))
+    cls = np.array([key.setdefault((int(tr.op[i]), int(tr.nbytes[i])), len(key))
+                    for i in rows[first].tolist()], dtype=np.int64)
     for k in range(len(key)):
         cols = cls == k
         with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
@@ -193,6 +194,17 @@ def transfer_slowdown(tr: TwinTrace) -> tuple[F64, list[int]]:
             ref = np.nanmedian(xfer[:, cols], axis=1, keepdims=True)
             out[:, cols] = np.where(ref > 0, xfer[:, cols] / ref, np.nan)
     return out, keep
+
+
+def _runs(ratio: F64, above: float, need: int) -> npt.NDArray[np.bool_]:
+    """``[iteration, column]``: above ``above`` in this iteration and the ``need - 1``
+    before it (NaN counts as not above)."""
+    slow = np.nan_to_num(ratio, nan=0.0) > above
+    run = slow.copy()
+    for j in range(1, need):
+        run[j:] &= slow[:-j]
+        run[:j] = False
+    return run
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,12 +410,7 @@ class StragglerInstrument:
         ratio = iteration_slowdown(tr, world)[: it_end.size]
         gpus = [f"{h}/gpu{g}" for h, g in tr.placement]
         out: list[Observed] = []
-        slow = np.nan_to_num(ratio, nan=0.0) > 1.0 + rel
-        run = slow.copy()  # slow in this iteration and the need - 1 before it
-        for j in range(1, need):
-            run[j:] &= slow[:-j]
-            run[:j] = False
-        it, rank = np.nonzero(run)
+        it, rank = np.nonzero(_runs(ratio, 1.0 + rel, need))
         for i, r in zip(it.tolist(), rank.tolist(), strict=True):
             t = int(it_end[i]) - TRACE_T0_NS
             gpu = gpus[r]
@@ -432,13 +439,8 @@ class StragglerInstrument:
         ratio = ratio[: it_end.size]
         named = min((o.reported_ns for o in out if o.source == "straggler"
                      and o.kind in ("slow-nic", "slow-switch")), default=None)
-        slow = np.nan_to_num(ratio, nan=0.0) > 1.0 + rel
-        run = slow.copy()
-        for j in range(1, need):
-            run[j:] &= slow[:-j]
-            run[:j] = False
         sus: list[Observed] = []
-        it, col = np.nonzero(run)
+        it, col = np.nonzero(_runs(ratio, 1.0 + rel, need))
         for i, c in zip(it.tolist(), col.tolist(), strict=True):
             t = int(it_end[i]) - TRACE_T0_NS
             if named is not None and named <= t:
@@ -452,8 +454,7 @@ class StragglerInstrument:
                 "straggler", "slow-nic", " | ".join(nics), t, (t, t),
                 statistic="one iteration's collective transfer over its class median",
                 value=v, early=1.0 + rel, alarm=1.0 + rel,
-                evidence=f"{tr.op_names[int(tr.op[tr.group == groups[c]][0])]} of "
-                f"{len(nics)} NICs ({nics[0]}, ...): transfer {v:.2f}x its class median in "
+                evidence=f"a collective of {len(nics)} NICs ({nics[0]}, ...): transfer {v:.2f}x its class median in "
                 f"iterations {i - need + 1}-{i} (not yet a finding: the analysis runs every "
                 f"{self.every} iterations)"))
         return sus
