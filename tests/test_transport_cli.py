@@ -61,6 +61,18 @@ def test_cc_dcqcn_reports_queues_marks_pauses_and_drops(
     assert next(ln for ln in out.splitlines() if ln.startswith("transport")).startswith("transport ecmp seed 0: hpcc")
 
 
+def test_cc_eqds_runs_receiver_credits_with_and_without_trimming(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, err = run_main(capsys, monkeypatch, "sim", *_SMALL, "--cc", "eqds")
+    assert code == 0, err
+    line = next(ln for ln in out.splitlines() if ln.startswith("transport"))
+    assert line.startswith("transport ecmp seed 0: eqds, pfc off, trimming on:"), line
+    code, out, err = run_main(capsys, monkeypatch, "sim", *_SMALL, "--cc", "eqds", "--no-trim")
+    assert code == 0, err
+    assert "trimming off" in next(ln for ln in out.splitlines() if ln.startswith("transport"))
+
+
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
@@ -75,6 +87,9 @@ def test_cc_dcqcn_reports_queues_marks_pauses_and_drops(
         (("--pfc",), "--pfc/--no-pfc: only applies with --cc "),
         (("--cc", "dcqcn", "--dcqcn", "fast"), "--dcqcn: unknown parameter set 'fast'"),
         (("--cc", "dcqcn", "--lb", "dlb"), "not in the transport engine yet"),
+        (("--cc", "dcqcn", "--trim"), "--trim/--no-trim: only applies with --cc nscc or eqds"),
+        (("--no-trim",), "--trim/--no-trim: only applies with --cc "),
+        (("--cc", "eqds", "--tune-ecn"), "--tune-ecn: needs a --cc that reacts to ECN marks"),
     ],
 )
 def test_impossible_transport_flags_are_one_line(

@@ -103,7 +103,15 @@ def register(app: typer.Typer) -> None:
         ),
         buffer: str | None = typer.Option(None, "--buffer", help="With a transport --cc (not ideal): shared buffer per switch, e.g. 32MiB."),
         ecn: str | None = typer.Option(None, "--ecn", help="With a transport --cc (not ideal): KMIN,KMAX,PMAX, e.g. 5KB,200KB,0.01."),
-        pfc: bool | None = typer.Option(None, "--pfc/--no-pfc", help="With a transport --cc (not ideal): lossless PFC (default on)."),
+        pfc: bool | None = typer.Option(
+            None, "--pfc/--no-pfc",
+            help="With a transport --cc (not ideal): lossless PFC (default on; off for the UEC transports nscc and eqds).",
+        ),
+        trim: bool | None = typer.Option(
+            None, "--trim/--no-trim",
+            help="With --cc nscc or eqds: switches trim a packet that does not fit to its header, which reaches the "
+                 "receiver (NACK, re-sent at once; default) or drop it whole (found at the sender's timeout).",
+        ),
         dcqcn_params: str = typer.Option(
             "paper", "--dcqcn", help="With --cc dcqcn: parameter set paper (Zhu et al.) or nic-default.",
         ),
@@ -149,7 +157,7 @@ def register(app: typer.Typer) -> None:
 
         if dcqcn_params != "paper" and cc != "dcqcn":
             raise ConfigError("--dcqcn: only applies with --cc dcqcn")
-        transport = transport_config_from_flags(cc=cc, buffer=buffer, ecn=ecn, pfc=pfc, dcqcn=dcqcn_params)
+        transport = transport_config_from_flags(cc=cc, buffer=buffer, ecn=ecn, pfc=pfc, dcqcn=dcqcn_params, trim=trim)
         if not tune_ecn:
             for flag, given in (("--holdout-seed", bool(holdout_seed)), ("--tune-objective", tune_objective != "short_p99")):
                 if given:
@@ -263,8 +271,9 @@ def _check_tune_flags(transport: object, ecn: str | None, objective: str) -> Non
     from fabricscope.model.errors import ConfigError
     from fabricscope.sim.transport_tune import OBJECTIVES
 
-    if transport is None or getattr(transport, "cc", None) in ("hpcc", "none"):
-        raise ConfigError("--tune-ecn: needs a --cc that reacts to ECN marks (e.g. dcqcn; not ideal or hpcc, whose window follows INT)")
+    if transport is None or getattr(transport, "cc", None) in ("hpcc", "none", "eqds"):
+        raise ConfigError("--tune-ecn: needs a --cc that reacts to ECN marks (e.g. dcqcn; not ideal, hpcc, whose window "
+                          "follows INT, or eqds, whose receivers grant credit)")
     if ecn is not None:
         raise ConfigError("--ecn: not with --tune-ecn (the search chooses KMIN,KMAX,PMAX)")
     if objective not in OBJECTIVES:
@@ -329,7 +338,8 @@ def _transport_line(label: str, seed: int, meta: object) -> str:
     """One line of queue / mark / pause / drop counters of a transport run."""
     m = meta if isinstance(meta, dict) else {}
     line = (
-        f"transport {label} seed {seed}: {m.get('cc')}{f' ({d})' if (d := m.get('dcqcn')) != '-' else ''}, pfc {'on' if m.get('pfc') else 'off'}: "
+        f"transport {label} seed {seed}: {m.get('cc')}{f' ({d})' if (d := m.get('dcqcn')) != '-' else ''}, pfc {'on' if m.get('pfc') else 'off'}"
+        f"{'' if (tr := m.get('trimming')) is None else ', trimming ' + ('on' if tr else 'off')}: "
         f"max queue {m.get('max_queue_KB')} KB, drops {m.get('drops_KB')} KB, ECN marks {m.get('ecn_marks')}, "
         f"pause frames {m.get('pause_frames')} ({m.get('paused_links')} links paused {m.get('paused_us')} us), "
         f"watchdog {m.get('watchdog_events')}"

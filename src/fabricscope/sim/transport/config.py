@@ -11,10 +11,12 @@ from typing import Literal
 
 from fabricscope.model.errors import ConfigError
 from fabricscope.sim.transport.dcqcn import PAPER, DcqcnParams
+from fabricscope.sim.transport.eqds import EqdsConfig
 from fabricscope.sim.transport.nscc import NsccConfig
 
-CcName = Literal["none", "dcqcn", "hpcc", "nscc"]
-CC_NAMES: tuple[CcName, ...] = ("none", "dcqcn", "hpcc", "nscc")
+CcName = Literal["none", "dcqcn", "hpcc", "nscc", "eqds"]
+CC_NAMES: tuple[CcName, ...] = ("none", "dcqcn", "hpcc", "nscc", "eqds")
+LOSSY_CCS = ("nscc", "eqds")  # UEC transports: lossy switches that trim, PFC off by default
 
 
 def _check(ok: bool, where: str, msg: str) -> None:
@@ -123,8 +125,11 @@ class TransportConfig:
 
     cc:         ``dcqcn`` (rate control of Zhu et al.), ``hpcc`` (window control of Li et
                 al. on in-band telemetry), ``nscc`` (UEC sender window from delay and ECN,
-                :mod:`~fabricscope.sim.transport.nscc`) or ``none`` (senders at line rate:
-                what PFC alone does)
+                :mod:`~fabricscope.sim.transport.nscc`), ``eqds`` (receiver-driven credits,
+                :mod:`~fabricscope.sim.transport.eqds`, on the same trimming switches as
+                ``nscc``: their settings are ``nscc``'s ``trimming``, ``port_queue_bdp``,
+                ``ecn_bdp`` and header fields) or ``none`` (senders at line rate: what PFC
+                alone does)
     dcqcn:      DCQCN parameters (:data:`~fabricscope.sim.transport.dcqcn.PAPER` or
                 :data:`~fabricscope.sim.transport.dcqcn.NIC_DEFAULT`)
     dt_ns:      step; ``None`` chooses ``min(500 ns, smallest link latency / 2)``
@@ -137,6 +142,7 @@ class TransportConfig:
     dcqcn: DcqcnParams = PAPER
     hpcc: HpccConfig = field(default_factory=HpccConfig)
     nscc: NsccConfig = field(default_factory=NsccConfig)
+    eqds: EqdsConfig = field(default_factory=EqdsConfig)
     buffer: BufferConfig = field(default_factory=BufferConfig)
     ecn: EcnConfig = field(default_factory=EcnConfig)
     pfc: PfcConfig = field(default_factory=PfcConfig)
@@ -156,6 +162,7 @@ class TransportConfig:
         self.dcqcn.validate()
         self.hpcc.validate()
         self.nscc.validate()
+        self.eqds.validate()
 
 
 def parse_ecn(text: str, *, where: str = "--ecn") -> EcnConfig:
@@ -187,26 +194,33 @@ def transport_config_from_flags(
     pfc: bool | None = None,
     dcqcn: str = "paper",
     mtu_bytes: int = 4096,
+    trim: bool | None = None,
 ) -> TransportConfig | None:
     """The transport settings ``fabricscope sim --cc ... --buffer ... --ecn ... --pfc`` mean.
 
     ``cc="ideal"`` is the max-min engine: ``None`` is returned, and giving a transport
     option with it is an error (it would be silently ignored). With ``dcqcn`` or ``hpcc``
-    PFC is on unless ``pfc=False`` (RoCE runs lossless by default). With ``nscc`` PFC is off
-    unless ``pfc=True`` (UEC runs lossy, htsim's switches trim: here a drop is re-sent, see
-    docs/design/sim-transport.md) and ECN follows htsim's BDP-relative default unless ``ecn``
-    is given.
+    PFC is on unless ``pfc=False`` (RoCE runs lossless by default). With ``nscc`` or ``eqds``
+    PFC is off unless ``pfc=True`` (UEC runs lossy, htsim's switches trim: here a drop is
+    re-sent, see docs/design/sim-transport.md), switches trim unless ``trim=False`` (then a
+    full queue drops whole packets, found at the sender's timeout) and ECN follows htsim's
+    BDP-relative default unless ``ecn`` is given.
     """
     from fabricscope.sim.transport.dcqcn import PARAM_SETS
     from fabricscope.sim.workload import parse_size
 
-    if cc not in ("ideal", "dcqcn", "hpcc", "nscc"):
-        raise ConfigError(f"--cc: unknown congestion control {cc!r}; known: ideal, dcqcn, hpcc, nscc")
+    known = ("ideal", "dcqcn", "hpcc", *LOSSY_CCS)
+    if cc not in known:
+        raise ConfigError(f"--cc: unknown congestion control {cc!r}; known: {', '.join(known)}")
     if cc == "ideal":
-        given = [name for name, v in (("--buffer", buffer), ("--ecn", ecn), ("--pfc/--no-pfc", pfc)) if v is not None]
+        given = [name for name, v in (("--buffer", buffer), ("--ecn", ecn), ("--pfc/--no-pfc", pfc),
+                                      ("--trim/--no-trim", trim)) if v is not None]
         if given:
-            raise ConfigError(f"{given[0]}: only applies with --cc dcqcn, hpcc or nscc (the ideal engine has no queues)")
+            raise ConfigError(f"{given[0]}: only applies with --cc {', '.join(known[1:])} (the ideal engine has no queues)")
         return None
+    if trim is not None and cc not in LOSSY_CCS:
+        raise ConfigError(f"--trim/--no-trim: only applies with --cc {' or '.join(LOSSY_CCS)} (switches that trim "
+                          f"for UEC transports; {cc} runs on lossless or dropping switches)")
     if dcqcn not in PARAM_SETS:
         raise ConfigError(f"--dcqcn: unknown parameter set {dcqcn!r}; known: {', '.join(PARAM_SETS)}")
     buf = BufferConfig()
@@ -216,9 +230,10 @@ def transport_config_from_flags(
         buf = BufferConfig(size_bytes=parse_size(buffer, field="--buffer", source="<flags>"))
         buf.validate(mtu_bytes=mtu_bytes, where="--buffer")
     e = parse_ecn(ecn) if ecn is not None else EcnConfig()
-    if cc == "nscc":
-        cfg = TransportConfig(cc="nscc", buffer=buf, ecn=e, pfc=PfcConfig(enabled=pfc is True), mtu_bytes=mtu_bytes,
-                              nscc=NsccConfig() if ecn is None else NsccConfig(ecn_bdp=None))
+    if cc in LOSSY_CCS:
+        ns = NsccConfig(trimming=trim is not False, ecn_bdp=NsccConfig().ecn_bdp if ecn is None else None)
+        cfg = TransportConfig(cc="eqds" if cc == "eqds" else "nscc", buffer=buf, ecn=e,
+                              pfc=PfcConfig(enabled=pfc is True), mtu_bytes=mtu_bytes, nscc=ns)
         cfg.validate()
         return cfg
     cfg = TransportConfig(cc="hpcc" if cc == "hpcc" else "dcqcn", dcqcn=PARAM_SETS[dcqcn], buffer=buf, ecn=e,

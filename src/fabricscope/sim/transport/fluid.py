@@ -25,6 +25,7 @@ from fabricscope.sim.faults import Fault, FaultSchedule
 from fabricscope.sim.flows import Workload
 from fabricscope.sim.loadbalance import DYNAMIC_SCHEMES, PathTable, check_scheme
 from fabricscope.sim.results import SimResult
+from fabricscope.sim.transport import eqds as EQ
 from fabricscope.sim.transport import kernel as K
 from fabricscope.sim.transport import nscc as NS
 from fabricscope.sim.transport.config import TransportConfig
@@ -206,7 +207,8 @@ class FluidTransport:
         self.t_fct[local] = 0.0
         ndeps = eng.ndeps.copy()
         ready = np.where(ndeps == 0, eng.start_at + eng.gap, eng.start_at).astype(np.float64)
-        cc_mode = {"none": K.CC_NONE, "dcqcn": K.CC_DCQCN, "hpcc": K.CC_HPCC, "nscc": K.CC_NSCC}[cfg.cc]
+        cc_mode = {"none": K.CC_NONE, "dcqcn": K.CC_DCQCN, "hpcc": K.CC_HPCC, "nscc": K.CC_NSCC,
+                   "eqds": K.CC_EQDS}[cfg.cc]
         p = cfg.dcqcn
         xon = pfc.xon_delta_bytes if pfc.xon_delta_bytes is not None else 2.0 * mtu
         wd_detect = math.ceil(pfc.watchdog_ns / dt) if pfc.enabled and pfc.watchdog_ns > 0 else 0
@@ -245,10 +247,11 @@ class FluidTransport:
         self.fp = np.zeros(K.N_FP)
         ecn = cfg.ecn
         # NSCC: reacts per acknowledgement (every step here); constants scaled to the fabric.
+        # EQDS runs on the same trimming switches (their side of NsccConfig), pulling per step.
         routed = np.diff(table.indptr) > 0
         base_rtt = 2.0 * lat_ns + sf_ns + mtu / np.maximum(f_line, 1e-12)
         self.nscc: NS.NsccDerived | None = None
-        if cfg.cc == "nscc":
+        if cfg.cc in ("nscc", "eqds"):
             self.ip[K.IP_CC_EVERY] = 1
             net_rtt = float(base_rtt[routed].max()) if routed.any() else 2.0 * DEFAULT_DT_NS
             link = float(f_line[routed].max()) if routed.any() else 12.5
@@ -260,18 +263,24 @@ class FluidTransport:
         nfp = self.nscc.params if self.nscc is not None else np.zeros(NS.N_NP)
         nst = (NS.init_state(base_rtt, f_line, cfg.nscc.max_window_bdp, mtu) if self.nscc is not None
                else np.zeros((1, NS.N_NS)))
-        wire = eng.size.copy()  # bytes on the wire: UEC adds a header per MSS under NSCC
+        wire = eng.size.copy()  # bytes on the wire: UEC adds a header per MSS under NSCC / EQDS
         if self.nscc is not None and cfg.nscc.header_bytes > 0:
             mss = mtu - cfg.nscc.header_bytes
             wire = wire + np.ceil(wire / mss) * cfg.nscc.header_bytes
+        # EQDS: each receiver NIC's pull pacer and every flow's speculative credit
+        self.eqds_wmax = (cfg.eqds.max_window_bdp * self.nscc.network_bdp_bytes
+                          if self.nscc is not None and cfg.cc == "eqds" else 0.0)
+        rx_rate = nic_in * cfg.eqds.pull_rate if cfg.cc == "eqds" else np.zeros(1)
+        est = EQ.init_state(wire, self.eqds_wmax, cfg.eqds) if cfg.cc == "eqds" else np.zeros((1, EQ.N_EQ))
+        rx_scr = np.zeros((3, ix.n_nodes)) if cfg.cc == "eqds" else np.zeros((3, 1))
         self.ecn = ecn
         self.fp[[K.FP_DT, K.FP_KMIN, K.FP_KMAX, K.FP_PMAX, K.FP_BUF_ALPHA, K.FP_PFC_ALPHA, K.FP_XOFF,
                  K.FP_XON_DELTA, K.FP_MTU, K.FP_TAU, K.FP_TAU_A, K.FP_TIMER, K.FP_BC, K.FP_F, K.FP_RAI,
-                 K.FP_G, K.FP_RMIN, K.FP_NIC_Q, K.FP_ETA, K.FP_WAI, K.FP_MAX_STAGE]] = [
+                 K.FP_G, K.FP_RMIN, K.FP_NIC_Q, K.FP_ETA, K.FP_WAI, K.FP_MAX_STAGE, K.FP_EQ_WMAX]] = [
             dt, ecn.kmin_bytes, ecn.kmax_bytes, ecn.pmax, cfg.buffer.alpha, pfc.alpha,
             pfc.xoff_bytes or 0.0, xon, mtu, p.tau_ns, p.tau_alpha_ns, p.timer_ns, p.byte_counter,
             p.fast_recovery, p.rai_bps / 8e9, p.g, p.min_rate_bps / 8e9, 2.0 * mtu,
-            cfg.hpcc.eta, cfg.hpcc.wai_bytes, cfg.hpcc.max_stage]
+            cfg.hpcc.eta, cfg.hpcc.wai_bytes, cfg.hpcc.max_stage, self.eqds_wmax]
         ns, ne = segs.n, ix.n_edges
         tm = trace_max if every else 1
         self._static = (
@@ -294,8 +303,9 @@ class FluidTransport:
             self.state, self.rc, np.zeros(n), np.ones(n), np.zeros(n), self.delivered, np.zeros(n),
             self.t_start, self.t_arrive, self.t_fct, self.start_step,
             np.zeros((lcc, n)), np.zeros((lcc, n)), self.qd_acc, np.full(n, -np.inf), np.zeros(ne), np.zeros(ne), np.zeros(ne), np.zeros(ne),
-            np.full(n, -1.0), nst, nfp, np.zeros((2, lcc, n)) if self.nscc is not None else np.zeros((2, 1, 1)),
+            np.full(n, -1.0), nst, nfp, np.zeros((2, lcc, n)) if cfg.cc == "nscc" else np.zeros((2, 1, 1)),
             np.zeros(ne),
+            eng.dst.astype(np.int64), rx_rate, est, rx_scr,
         )
         self.maxq, self.qsum, self.drop, self.mark = (np.zeros(ne) for _ in range(4))
         self.xoff, self.wd = np.zeros(ne, np.int64), np.zeros(ne, np.int64)
@@ -410,10 +420,16 @@ class FluidTransport:
                                    "dcqcn": self.config.dcqcn.name if self.config.cc == "dcqcn" else "-",
                                    "pfc": self.config.pfc.enabled, "dt_ns": self.dt,
                                    "sim_time_us": round(st.sim_time_ns / 1e3, 3)}
-        if self.nscc is not None:
+        if self.nscc is not None and self.config.cc == "nscc":
             meta["nscc_target_qdelay_us"] = round(self.nscc.target_qdelay_ns / 1e3, 3)
             meta["nscc_network_rtt_us"] = round(self.nscc.network_rtt_ns / 1e3, 3)
             meta["nscc_ecn_kmin_kmax_kb"] = f"{self.ecn.kmin_bytes / 1e3:.1f},{self.ecn.kmax_bytes / 1e3:.1f}"
+        if self.nscc is not None and self.config.cc == "eqds":
+            meta["eqds_pull_rate"] = self.config.eqds.pull_rate
+            meta["eqds_max_window_kb"] = round(self.eqds_wmax / 1e3, 1)
+            meta["eqds_network_rtt_us"] = round(self.nscc.network_rtt_ns / 1e3, 3)
+        if self.nscc is not None:
+            meta["trimming"] = self.config.nscc.trimming
         meta.update(st.totals())
         unfinished = int(((self.state == 0) | (self.state == 1)).sum())
         meta["unfinished"] = unfinished

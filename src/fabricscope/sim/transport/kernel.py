@@ -6,7 +6,8 @@ lossy, only a full buffer when PFC is on); let senders inject at their rate; ser
 egress queue at its link rate unless PFC paused it (FIFO approximated by serving every
 segment in proportion to its bytes), marking ECN in proportion to the RED probability;
 update the PFC requests of every ingress queue (they reach the upstream sender one link
-delay later) and the watchdog; finish flows whose last byte arrived; integrate DCQCN.
+delay later) and the watchdog; finish flows whose last byte arrived; integrate the sender CC
+(DCQCN, HPCC or NSCC); with EQDS, let every receiver grant credit instead.
 The physics and its limits are in docs/design/sim-transport.md.
 """
 
@@ -18,6 +19,7 @@ import numba
 import numpy as np
 
 from fabricscope.sim.transport.dcqcn import dcqcn_derivatives
+from fabricscope.sim.transport.eqds import pull, sender_credit
 from fabricscope.sim.transport.nscc import (
     NP_HDR_CAP,
     NP_MTU,
@@ -38,9 +40,9 @@ from fabricscope.sim.transport.nscc import (
 # fp: float parameters
 (FP_DT, FP_KMIN, FP_KMAX, FP_PMAX, FP_BUF_ALPHA, FP_PFC_ALPHA, FP_XOFF, FP_XON_DELTA, FP_MTU,
  FP_TAU, FP_TAU_A, FP_TIMER, FP_BC, FP_F, FP_RAI, FP_G, FP_RMIN, FP_NIC_Q,
- FP_ETA, FP_WAI, FP_MAX_STAGE) = range(21)
-N_IP, N_FP = 10, 21
-CC_NONE, CC_DCQCN, CC_HPCC, CC_NSCC = 0, 1, 2, 3
+ FP_ETA, FP_WAI, FP_MAX_STAGE, FP_EQ_WMAX) = range(22)
+N_IP, N_FP = 10, 22
+CC_NONE, CC_DCQCN, CC_HPCC, CC_NSCC, CC_EQDS = 0, 1, 2, 3, 4
 
 
 @numba.njit(cache=True, inline="always")
@@ -140,6 +142,7 @@ def advance(  # type: ignore[no-untyped-def]
     clock, q, arr, qe, ing, used, pr, req, wd_cnt, storm_until,
     f_state, rc, rt, alpha, sent, delivered, lost, t_start, t_arrive, t_fct, start_step,
     hist_p, hist_r, qd_acc, f_dep_ready, pe, qm, ain, txr, stage, nst, nfp, nhist, trim_q,
+    f_rx, rx_rate, est, rx_scr,
     st_maxq, st_qsum, st_drop, st_mark, st_xoff, st_paused, st_wd, st_served,
     trace_e, trace_buf, trace_t, trace_n,
 ):
@@ -174,6 +177,8 @@ def advance(  # type: ignore[no-untyped-def]
     trim_frac = nfp[NP_TRIM_HDR] / nfp[NP_MTU] if nfp[NP_MTU] > 0.0 and not pfc else 0.0
     hdr_cap = nfp[NP_HDR_CAP]
     rto = nfp[NP_RTO]
+    lossy_cc = cc == CC_NSCC or cc == CC_EQDS  # UEC senders: NACKs and timeouts re-send
+    eq_wmax = fp[FP_EQ_WMAX]
     in_stamp = np.full(n_e, -1, np.int64)
     adm_stamp = np.full(n_e, -1, np.int64)
     in_tot = np.zeros(n_e)
@@ -291,7 +296,7 @@ def advance(  # type: ignore[no-untyped-def]
         for f in range(n_f):
             if f_state[f] != 1:
                 continue
-            if cc == CC_NSCC:
+            if lossy_cc:
                 if nst[f, NS_NK_PEND] > 0.0 and t >= nst[f, NS_NK_AT]:
                     lost[f] += nst[f, NS_NK_PEND]  # the header left the trimming port
                     nst[f, NS_NK_PEND] = 0.0
@@ -312,6 +317,12 @@ def advance(  # type: ignore[no-untyped-def]
                 if left <= 0.0:
                     continue
                 want = min(rc[f] * dt, left, max(nst[f, NS_W] - (sent[f] - nacked - acked), 0.0))
+            elif cc == CC_EQDS:  # credit: speculative, then what the receiver granted one way ago
+                d1 = max(min(f_rtt_steps[f] // 2, lcc - 1), 1)
+                g_arr = hist_r[(step - d1) % lcc, f] if step - start_step[f] >= d1 else 0.0
+                want = min(want, max(sender_credit(est, f, sent[f], g_arr), 0.0))
+                if want <= 0.0:
+                    continue
             given = 0.0
             cap_q = max(nic_q, 2.0 * f_line[f] * dt)  # a QP keeps two steps of data ready
             for m in range(f0ptr[f], f0ptr[f + 1]):
@@ -448,7 +459,7 @@ def advance(  # type: ignore[no-untyped-def]
                     lg += s_w[s] * math.log1p(-min(pe[e], 1.0 - 1e-12))
                 qd += s_w[s] * qe[e] / e_cap[e]
             qd_acc[f] += qd * dt
-            if cc == CC_NONE:
+            if cc == CC_NONE or cc == CC_EQDS:  # noqa: SIM109 (plain compares in numba)
                 continue
             if cc == CC_NSCC:
                 _nscc_flow(f, step, t, lcc, cc_every, fptr, fidx, s_edge, s_w, e_src_sw, e_cap, qm,
@@ -481,6 +492,9 @@ def advance(  # type: ignore[no-untyped-def]
             rc[f] = min(max(rc[f] + drc * dt_cc, fp[FP_RMIN]), f_line[f])
             rt[f] = min(max(rt[f] + drt * dt_cc, fp[FP_RMIN]), f_line[f])
             alpha[f] = min(max(alpha[f] + da * dt_cc, 0.0), 1.0)
+        if cc == CC_EQDS:  # the receivers' pull pacers
+            pull(est, f_state, f_size, f_rx, f_rtt_steps, start_step, sent, lost, hist_r, rx_rate, rx_scr,
+                 step, lcc, dt, eq_wmax)
         # ---------------------------------------------------------- trace
         if trace_every > 0 and step % trace_every == 0 and trace_n[0] < trace_buf.shape[0]:
             r = trace_n[0]
