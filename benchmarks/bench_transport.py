@@ -3,6 +3,10 @@
 Cases (groups ``nscc`` / ``nscc-heldout``): NSCC with oblivious spraying on the same setups,
 and on held-out seeds and the 3-tier fat tree of SIMULATION.md §2.
 
+Cases (groups ``eqds`` / ``eqds-heldout``): receiver credits (``--cc eqds``) and NSCC with
+trimming on and off, incasts and permutations, beside htsim run live on the same flow files
+when ``--htsim BIN --htsim-topologies DIR`` are given (else beside the recorded numbers).
+
 Cases: the DCQCN fixed point of SIMULATION.md §4 (engine vs the CoNEXT'16 model); incasts
 32:1, 127:1 (2 MB) and 1023:1 (100 KB) and the 1,024-host leaf-spine permutations of
 SIMULATION.md §6 under DCQCN + PFC, beside the recorded htsim numbers (NSCC sender CC: a
@@ -36,7 +40,11 @@ from fabricscope.sim.transport import (
     dcqcn_fixed_point,
     simulate_transport,
 )
+from fabricscope.sim.transport.nscc import NsccConfig
 from fabricscope.sim.workload.traffic import incast, permutation
+
+sys.path.insert(0, str(Path(__file__).parent))
+from htsim_runner import Htsim
 
 OUT = Path(__file__).parent / "results" / "transport.json"
 
@@ -240,6 +248,135 @@ def nscc_fat_tree_cases(quick: bool) -> list[dict[str, object]]:
     return rows
 
 
+# SIMULATION.md §6 / §2, htsim with -receiver_cc_only (receiver credits), recorded
+HTSIM_RCV_PERM = {"ecmp": (398.8, 365.6, 880.9, 972.1)}
+HTSIM_FAT_TREE_RCV_PERM = {"ecmp": (473.3, 450.0, 922.1, 1063.0), "spray": (193.2, 193.2, 200.2, 203.4)}
+HTSIM_FAT_TREE_RCV_INCAST_LAST = {15: 2464.0, 127: 20891.0, 1023: 8902.0}
+_LB_ARGS = {"oblivious:paths=1": ["-paths", "1"],
+            "oblivious:paths=128": ["-load_balancing_algo", "oblivious", "-paths", "128"]}
+
+
+def _ucfg(cc: str, trim: bool) -> TransportConfig:
+    return TransportConfig(cc="eqds" if cc == "eqds" else "nscc", nscc=NsccConfig(trimming=trim))
+
+
+def _hargs(cc: str, trim: bool, lb: str) -> list[str]:
+    return ["-receiver_cc_only" if cc == "eqds" else "-sender_cc_only", *_LB_ARGS[lb], *([] if trim else ["-disable_trim"])]
+
+
+def _fml(v: Any) -> list[float]:
+    v = np.sort(np.asarray(v, dtype=float))
+    return [round(float(v[0]), 1), round(float(np.median(v)), 1), round(float(v[-1]), 1)]
+
+
+def _stats4(v: Any) -> list[float]:
+    v = np.asarray(v, dtype=float)
+    return [float(v.mean()), float(np.median(v)), float(np.percentile(v, 99)), float(v.max())]
+
+
+def _uec_incasts(fab: Any, topo: str, plan: list[tuple[int, float]], ccs: tuple[str, ...],
+                 htsim: Htsim | None, label: str) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    for n, size in plan:
+        w = incast(fab, size, senders=n, seed=0)
+        for cc in ccs:
+            for trim in (True, False):
+                r, wall, cpu = _timed(lambda: simulate_transport(fab, w, config=_ucfg(cc, trim)))  # noqa: B023
+                got = _fml(r.sim.fct_us())
+                row: dict[str, object] = {
+                    "case": f"{label} incast {n}:1 of {size / 1e6:g} MB, {cc}, trimming {'on' if trim else 'off'}",
+                    "first_median_last_us": got, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+                    "unfinished": r.unfinished, "drops_KB": r.stats.totals().get("drops_KB")}
+                if htsim is not None:
+                    h = htsim.run(fab, w, topo, _hargs(cc, trim, "oblivious:paths=1"))
+                    ref = _fml(h.fct_us)
+                    row.update({"htsim_first_median_last_us": ref, "htsim_finished": int(h.fct_us.shape[0]),
+                                "htsim_wall_s": round(h.wall_s, 2),
+                                "error_pct": [_err(a, b) for a, b in zip(got, ref, strict=True)]})
+                rows.append(row)
+                print(row, flush=True)
+    # trimming on vs off, per CC: the change of the last completion on each side
+    by = {str(r["case"]): r for r in rows}
+    for n, size in plan:
+        for cc in ccs:
+            on = by[f"{label} incast {n}:1 of {size / 1e6:g} MB, {cc}, trimming on"]
+            off = by[f"{label} incast {n}:1 of {size / 1e6:g} MB, {cc}, trimming off"]
+            d: dict[str, object] = {"case": f"{label} incast {n}:1, {cc}: last completion, trimming on vs off",
+                                    "fabricscope_pct": _err(on["first_median_last_us"][2],  # type: ignore[index]
+                                                            off["first_median_last_us"][2])}  # type: ignore[index]
+            if htsim is not None:
+                d["htsim_pct"] = _err(on["htsim_first_median_last_us"][2], off["htsim_first_median_last_us"][2])  # type: ignore[index]
+            rows.append(d)
+            print(d, flush=True)
+    return rows
+
+
+def _uec_perm(fab: Any, topo: str, cc: str, lb: str, seeds: list[int], htsim: Htsim | None,
+              label: str, recorded: tuple[float, ...] | None) -> dict[str, object]:
+    acc, hacc, walls, cpus, hwalls = [], [], [], [], []
+    for sd in seeds:
+        w = permutation(fab, 2_000_000, seed=sd)
+        r, wall, cpu = _timed(lambda: simulate_transport(fab, w, lb=lb, seed=sd, config=_ucfg(cc, True)))  # noqa: B023
+        acc.append(_stats4(r.sim.fct_us()))
+        walls.append(wall)
+        cpus.append(cpu)
+        if htsim is not None:
+            h = htsim.run(fab, w, topo, _hargs(cc, True, lb))
+            if h.fct_us.shape[0] != h.n_flows:
+                raise SystemExit(f"error: htsim finished {h.fct_us.shape[0]} of {h.n_flows} flows ({label}, seed {sd})")
+            hacc.append(_stats4(h.fct_us))
+            hwalls.append(h.wall_s)
+    got = [round(float(x), 1) for x in np.mean(acc, axis=0)]
+    row: dict[str, object] = {"case": f"{label} permutation 2 MB, {cc}, lb {lb}, seeds {seeds[0]}-{seeds[-1]}",
+                              "mean_p50_p99_max_us": got, "wall_s_per_run": round(float(np.mean(walls)), 2),
+                              "cpu_s_per_run": round(float(np.mean(cpus)), 2)}
+    if hacc:
+        ref = [round(float(x), 1) for x in np.mean(hacc, axis=0)]
+        row.update({"htsim_mean_p50_p99_max_us": ref, "error_pct": [_err(a, b) for a, b in zip(got, ref, strict=True)],
+                    "htsim_wall_s_per_run": round(float(np.mean(hwalls)), 2),
+                    "speedup_vs_htsim_wall": round(float(np.mean(hwalls)) / float(np.mean(walls)), 1)})
+    if recorded is not None:
+        row.update({"htsim_recorded_mean_p50_p99_max_us": list(recorded),
+                    "error_vs_recorded_pct": [_err(a, b) for a, b in zip(got, recorded, strict=True)]})
+    print(row, flush=True)
+    return row
+
+
+def eqds_cases(quick: bool, htsim: Htsim | None) -> list[dict[str, object]]:
+    """Receiver credits and NSCC, trimming on / off, on the SIMULATION.md §6 leaf-spine."""
+    fab = leaf_spine_fabric(leaves=32, hosts_per_leaf=32, spines=32)
+    topo = "leaf_spine_1024.topo"
+    plan = [(32, 2e6)] if quick else [(32, 2e6), (127, 2e6), (1023, 100e3)]
+    rows = _uec_incasts(fab, topo, plan, ("eqds", "nscc"), htsim, "leaf-spine")
+    rows.append(_uec_perm(fab, topo, "eqds", "oblivious:paths=1", list(range(1 if quick else 5)), htsim, "leaf-spine",
+                          HTSIM_RCV_PERM["ecmp"]))
+    if not quick:
+        rows.append(_uec_perm(fab, topo, "eqds", "oblivious:paths=128", [0, 1, 2], htsim, "leaf-spine", None))
+    return rows
+
+
+def eqds_heldout_cases(quick: bool, htsim: Htsim | None) -> list[dict[str, object]]:
+    """The same EQDS parameters on permutations and a fabric shape not looked at before."""
+    fab = leaf_spine_fabric(leaves=32, hosts_per_leaf=32, spines=32)
+    rows = [_uec_perm(fab, "leaf_spine_1024.topo", "eqds", "oblivious:paths=1", list(range(10, 11 if quick else 15)),
+                      htsim, "leaf-spine", HTSIM_RCV_PERM["ecmp"])]
+    ft = fat_tree_fabric(pods=16, tors_per_pod=8, aggs_per_pod=8, hosts_per_tor=8, cores_per_plane=8)
+    topo = "fat_tree_1024.topo"
+    rows.append(_uec_perm(ft, topo, "eqds", "oblivious:paths=1", list(range(1 if quick else 5)), htsim, "fat tree",
+                          HTSIM_FAT_TREE_RCV_PERM["ecmp"]))
+    if not quick:
+        rows.append(_uec_perm(ft, topo, "eqds", "oblivious:paths=128", [0, 1, 2], htsim, "fat tree",
+                              HTSIM_FAT_TREE_RCV_PERM["spray"]))
+    plan = [(15, 2e6)] if quick else [(15, 2e6), (127, 2e6), (1023, 100e3)]
+    inc = _uec_incasts(ft, topo, plan, ("eqds",), htsim, "fat tree")
+    for r in inc:
+        for n, last in HTSIM_FAT_TREE_RCV_INCAST_LAST.items():
+            if str(r["case"]).startswith(f"fat tree incast {n}:1") and str(r["case"]).endswith("trimming on"):
+                r["htsim_recorded_last_us"] = last
+                r["error_last_vs_recorded_pct"] = _err(r["first_median_last_us"][2], last)  # type: ignore[index]
+    return rows + inc
+
+
 def scaling_cases(hosts: list[int]) -> list[dict[str, object]]:
     rows = []
     for h in hosts:
@@ -263,8 +400,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a subset (CI smoke run)")
     ap.add_argument("--scale", default="1024,4096", help="host counts for the scaling rows (comma separated)")
     ap.add_argument("--only", default="fixed,incast,perm,scale",
-                    help="which groups to run (also: nscc, nscc-heldout)")
+                    help="which groups to run (also: nscc, nscc-heldout, eqds, eqds-heldout)")
+    ap.add_argument("--htsim", type=Path, default=None,
+                    help="htsim_uec binary (built outside the repository): run it side by side in eqds groups")
+    ap.add_argument("--htsim-topologies", type=Path, default=None,
+                    help="uet-htsim's htsim/sim/datacenter/topologies folder (with --htsim)")
     args = ap.parse_args(argv)
+    if (args.htsim is None) != (args.htsim_topologies is None):
+        ap.error("--htsim and --htsim-topologies go together")
+    htsim = Htsim(args.htsim, args.htsim_topologies) if args.htsim is not None else None
     groups = set(args.only.split(","))
     t0, c0 = time.perf_counter(), time.process_time()
     out: dict[str, object] = {"machine": "2 shared CPU cores (wall times noisy; CPU seconds beside them)",
@@ -280,6 +424,10 @@ def main(argv: list[str] | None = None) -> int:
     if "nscc-heldout" in groups:
         out["nscc_heldout_seeds"] = nscc_cases(args.quick, seed_offset=10)
         out["nscc_heldout_fat_tree"] = nscc_fat_tree_cases(args.quick)
+    if "eqds" in groups:
+        out["eqds"] = eqds_cases(args.quick, htsim)
+    if "eqds-heldout" in groups:
+        out["eqds_heldout"] = eqds_heldout_cases(args.quick, htsim)
     if "scale" in groups:
         out["scaling"] = scaling_cases([int(x) for x in args.scale.split(",") if x])
     out["total_wall_s"] = round(time.perf_counter() - t0, 1)
