@@ -340,7 +340,8 @@ def _transport_line(label: str, seed: int, meta: object) -> str:
     line = (
         f"transport {label} seed {seed}: {m.get('cc')}{f' ({d})' if (d := m.get('dcqcn')) != '-' else ''}, pfc {'on' if m.get('pfc') else 'off'}"
         f"{'' if (tr := m.get('trimming')) is None else ', trimming ' + ('on' if tr else 'off')}: "
-        f"max queue {m.get('max_queue_KB')} KB, drops {m.get('drops_KB')} KB, ECN marks {m.get('ecn_marks')}, "
+        f"max queue {m.get('max_queue_KB')} KB, drops {m.get('drops_KB')} KB"
+        f"{f' (trimmed {t} KB)' if (t := m.get('trimmed_KB')) else ''}, ECN marks {m.get('ecn_marks')}, "
         f"pause frames {m.get('pause_frames')} ({m.get('paused_links')} links paused {m.get('paused_us')} us), "
         f"watchdog {m.get('watchdog_events')}"
     )

@@ -309,11 +309,12 @@ class FluidTransport:
         )
         self.maxq, self.qsum, self.drop, self.mark = (np.zeros(ne) for _ in range(4))
         self.xoff, self.wd = np.zeros(ne, np.int64), np.zeros(ne, np.int64)
-        self.paused, self.served = np.zeros(ne), np.zeros(ne)
+        self.paused, self.served, self.trimmed = np.zeros(ne), np.zeros(ne), np.zeros(ne)
         self.trace_t = np.zeros(tm)
         self.trace_buf = np.zeros((tm, max(self.trace_edges.shape[0], 1)))
         self.trace_n = np.zeros(1, np.int64)
         self._stats = (self.maxq, self.qsum, self.drop, self.mark, self.xoff, self.paused, self.wd, self.served,
+                       self.trimmed,
                        self.trace_edges if self.trace_edges.shape[0] else np.zeros(1, np.int64),
                        self.trace_buf, self.trace_t, self.trace_n)
         self.n_done = int((self.state >= 2).sum())
@@ -401,6 +402,7 @@ class FluidTransport:
             paused_ns=self.paused * self.dt,
             watchdog_events=self.wd.copy(),
             served_bytes=self.served.copy(),
+            trimmed_bytes=self.trimmed.copy(),
             sim_time_ns=float(self.clock[0]),
             dt_ns=self.dt,
             steps=steps,

@@ -143,7 +143,7 @@ def advance(  # type: ignore[no-untyped-def]
     f_state, rc, rt, alpha, sent, delivered, lost, t_start, t_arrive, t_fct, start_step,
     hist_p, hist_r, qd_acc, f_dep_ready, pe, qm, ain, txr, stage, nst, nfp, nhist, trim_q,
     f_rx, rx_rate, est, rx_scr,
-    st_maxq, st_qsum, st_drop, st_mark, st_xoff, st_paused, st_wd, st_served,
+    st_maxq, st_qsum, st_drop, st_mark, st_xoff, st_paused, st_wd, st_served, st_trim,
     trace_e, trace_buf, trace_t, trace_n,
 ):
     L = ip[IP_L]
@@ -272,6 +272,7 @@ def advance(  # type: ignore[no-untyped-def]
                         fit = min(max(hdr_cap - trim_q[e], 0.0), hdr)
                         trim_q[e] += fit
                         nack = (b - adm) * fit / hdr
+                        st_trim[e] += nack
                         wait = trim_q[e] / e_cap[e]  # the header queues behind earlier ones
                         if wait <= dt:
                             lost[f] += nack

@@ -18,7 +18,10 @@ class TransportStats:
     """Counters per directed link (index = fabric edge index) over the whole run.
 
     max_queue_bytes / mean_queue_bytes: egress queue watermark and time average
-    drop_bytes:     bytes dropped at the egress (full buffer, dynamic threshold, watchdog)
+    drop_bytes:     bytes dropped at the egress (full buffer, dynamic threshold, watchdog),
+                    trimmed payload included
+    trimmed_bytes:  of those, payload cut by trimming whose header went on to the receiver
+                    (UEC switches, ``nscc`` / ``eqds`` with trimming; zero otherwise)
     marked_packets: ECN-marked packets (marked bytes / MTU)
     pause_frames:   XOFF transitions sent upstream by the receiver of the link
     paused_ns:      time the link's sender was paused while it had bytes to send
@@ -38,12 +41,14 @@ class TransportStats:
     sim_time_ns: float
     dt_ns: float
     steps: int
+    trimmed_bytes: FloatArray | None = None
 
     def totals(self) -> dict[str, float]:
         """Fabric-wide figures (what ``fabricscope sim --cc`` prints)."""
         return {
             "max_queue_KB": round(float(self.max_queue_bytes.max(initial=0.0)) / 1e3, 3),
             "drops_KB": round(float(self.drop_bytes.sum()) / 1e3, 3),
+            "trimmed_KB": round(float(self.trimmed_bytes.sum()) / 1e3, 3) if self.trimmed_bytes is not None else 0.0,
             "ecn_marks": round(float(self.marked_packets.sum()), 1),
             "pause_frames": int(self.pause_frames.sum()),
             "paused_links": int((self.paused_ns > 0).sum()),
