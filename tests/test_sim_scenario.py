@@ -60,6 +60,8 @@ def test_yaml_scenario_runs_every_case(tmp_path: Path) -> None:
         ({"workload": {"kind": "permutation"}}, "workload.size"),
         ({"workload": {"kind": "permutation", "size": "0"}}, "workload.size"),
         ({"faults": [{"kind": "link-down", "link": "leaf-000~spine-99"}]}, "spine-99"),
+        ({"faults": [{"kind": "gray-loss", "link": "leaf-000~spine-00"}]}, "faults[0].loss: missing"),
+        ({"faults": [{"kind": "gray-loss", "link": "leaf-000~spine-00", "loss": 1.5}]}, "faults[0].loss"),
     ],
 )
 def test_corrupt_scenarios_are_rejected_before_running(patch: dict[str, object], needle: str) -> None:
@@ -84,6 +86,16 @@ def test_flags_scenario_and_link_names() -> None:
     assert all("|" in f.subject for f in prep.faults)
     with pytest.raises(ConfigError, match="--degrade"):
         scenario_from_flags(topo="leaf-spine:leaves=2", workload="permutation:size=1MB", degrade=["0.5"])
+
+
+def test_gray_loss_faults_from_flags_and_files_round_trip() -> None:
+    sc = scenario_from_flags(topo="leaf-spine:leaves=2,hosts_per_leaf=2,spines=2", workload="permutation:size=1MB",
+                             corrupt=["leaf-001~spine-01=2%"])
+    prep = prepare(sc)
+    assert [(f.kind, dict(f.params)) for f in prep.faults] == [("gray-loss", {"loss": 0.02})]
+    assert parse_scenario(scenario_to_dict(sc), source="<flags>") == sc
+    with pytest.raises(ConfigError, match="--corrupt"):
+        scenario_from_flags(topo="leaf-spine:leaves=2", workload="permutation:size=1MB", corrupt=["0.5"])
 
 
 def test_cli_runs_writes_report_and_reports_partition(tmp_path: Path) -> None:

@@ -90,6 +90,10 @@ def test_cc_eqds_runs_receiver_credits_with_and_without_trimming(
         (("--cc", "dcqcn", "--trim"), "--trim/--no-trim: only applies with --cc nscc or eqds"),
         (("--no-trim",), "--trim/--no-trim: only applies with --cc "),
         (("--cc", "eqds", "--tune-ecn"), "--tune-ecn: needs a --cc that reacts to ECN marks"),
+        (("--cbfc",), "--cbfc: only applies with --cc "),
+        (("--cc", "dcqcn", "--cbfc", "--pfc"), "--cbfc: credit-based flow control replaces PFC"),
+        (("--corrupt", "leaf-000~spine-00=1%"), "frame corruption is modelled by the transport engine only"),
+        (("--cc", "nscc", "--corrupt", "leaf-000~spine-00=2"), "faults[0].loss: expected a fraction"),
     ],
 )
 def test_impossible_transport_flags_are_one_line(

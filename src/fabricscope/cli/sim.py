@@ -86,6 +86,11 @@ def register(app: typer.Typer) -> None:
         lb: str | None = typer.Option(None, "--lb", help="Scheme(s), comma separated: ecmp,random,spray,flowlet,dlb,stripe."),
         fail: list[str] = typer.Option([], "--fail", help="LINK to take down (repeatable)."),
         degrade: list[str] = typer.Option([], "--degrade", help="LINK=FACTOR: capacity kept, 0.25 or 25% (repeatable)."),
+        corrupt: list[str] = typer.Option(
+            [], "--corrupt",
+            help="LINK=LOSS: the link corrupts that fraction of its frames, 0.01 or 1% (gray-loss; repeatable; transport "
+                 "--cc only: re-sent end to end, or on the link with --llr).",
+        ),
         seed: list[int] = typer.Option([], "--seed", help="Seed(s) for placement / permutation / random LB (repeatable)."),
         hash_function: str | None = typer.Option(None, "--hash", help="ECMP hash: crc32 (default), crc16 or xor."),
         polarized: bool = typer.Option(False, "--polarized", help="Same hash seed on every switch (shows polarization)."),
@@ -111,6 +116,16 @@ def register(app: typer.Typer) -> None:
             None, "--trim/--no-trim",
             help="With --cc nscc or eqds: switches trim a packet that does not fit to its header, which reaches the "
                  "receiver (NACK, re-sent at once; default) or drop it whole (found at the sender's timeout).",
+        ),
+        cbfc: bool = typer.Option(
+            False, "--cbfc",
+            help="With a transport --cc: credit-based flow control (UEC link layer) instead of PFC: a link sends only into "
+                 "the credit the next switch advertised; lossless, no pause frames.",
+        ),
+        llr: bool = typer.Option(
+            False, "--llr",
+            help="With a transport --cc: link-level retry: frames a link corrupts (gray-loss faults) are re-sent on that "
+                 "link instead of end to end.",
         ),
         dcqcn_params: str = typer.Option(
             "paper", "--dcqcn", help="With --cc dcqcn: parameter set paper (Zhu et al.) or nic-default.",
@@ -157,7 +172,8 @@ def register(app: typer.Typer) -> None:
 
         if dcqcn_params != "paper" and cc != "dcqcn":
             raise ConfigError("--dcqcn: only applies with --cc dcqcn")
-        transport = transport_config_from_flags(cc=cc, buffer=buffer, ecn=ecn, pfc=pfc, dcqcn=dcqcn_params, trim=trim)
+        transport = transport_config_from_flags(cc=cc, buffer=buffer, ecn=ecn, pfc=pfc, dcqcn=dcqcn_params, trim=trim,
+                                                cbfc=cbfc, llr=llr)
         if not tune_ecn:
             for flag, given in (("--holdout-seed", bool(holdout_seed)), ("--tune-objective", tune_objective != "short_p99")):
                 if given:
@@ -173,8 +189,8 @@ def register(app: typer.Typer) -> None:
             if topo is not None or workload is not None:
                 raise ConfigError("--topo/--workload: give either a scenario file or flags, not both")
             sc = read_scenario(scenario_file)
-            if lb is not None or seed or fail or degrade or hash_function is not None or polarized:
-                sc = with_overrides(sc, lb=lb, seeds=seed, fail=fail, degrade=degrade,
+            if lb is not None or seed or fail or degrade or corrupt or hash_function is not None or polarized:
+                sc = with_overrides(sc, lb=lb, seeds=seed, fail=fail, degrade=degrade, corrupt=corrupt,
                                     hash_function=hash_function, polarized=polarized)
         else:
             if topo is None or workload is None:
@@ -183,13 +199,16 @@ def register(app: typer.Typer) -> None:
                     "(e.g. --topo fat-tree:k=8 --workload permutation:size=2MiB)"
                 )
             sc = scenario_from_flags(
-                topo=topo, workload=workload, lb=lb or "ecmp", fail=fail, degrade=degrade,
+                topo=topo, workload=workload, lb=lb or "ecmp", fail=fail, degrade=degrade, corrupt=corrupt,
                 seeds=seed or [0], hash_function=hash_function or "crc32", per_switch_seed=not polarized,
             )
         with errc.status("preparing ...") as status:
             # Everything is validated (and the flow count estimated) before the first run.
             prep = prepare(sc, max_flows=None if force else MAX_FLOWS,
                            progress=lambda text: status.update(text + " ..."))
+        if transport is None and any(f.kind == "gray-loss" for f in prep.faults):
+            raise ConfigError("gray-loss (--corrupt): frame corruption is modelled by the transport engine only; "
+                              "give a transport --cc (dcqcn, hpcc, nscc or eqds)")
         if out is not None:
             _output_folder(out)
         if tune_ecn:
@@ -339,11 +358,13 @@ def _transport_line(label: str, seed: int, meta: object) -> str:
     m = meta if isinstance(meta, dict) else {}
     line = (
         f"transport {label} seed {seed}: {m.get('cc')}{f' ({d})' if (d := m.get('dcqcn')) != '-' else ''}, pfc {'on' if m.get('pfc') else 'off'}"
-        f"{'' if (tr := m.get('trimming')) is None else ', trimming ' + ('on' if tr else 'off')}: "
+        f"{'' if (tr := m.get('trimming')) is None else ', trimming ' + ('on' if tr else 'off')}"
+        f"{', cbfc' if m.get('cbfc') else ''}{', llr' if m.get('llr') else ''}: "
         f"max queue {m.get('max_queue_KB')} KB, drops {m.get('drops_KB')} KB"
         f"{f' (trimmed {t} KB)' if (t := m.get('trimmed_KB')) else ''}, ECN marks {m.get('ecn_marks')}, "
         f"pause frames {m.get('pause_frames')} ({m.get('paused_links')} links paused {m.get('paused_us')} us), "
         f"watchdog {m.get('watchdog_events')}"
+        f"{f', LLR retries {r}' if (r := m.get('llr_retries')) else ''}"
     )
     if m.get("unfinished"):
         line += f", unfinished flows {m.get('unfinished')} (simulated time limit)"

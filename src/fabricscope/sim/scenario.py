@@ -16,6 +16,7 @@ the file, the field and the value named. YAML vocabulary::
     faults:
       - {kind: link-down, link: "leaf-p0-r0-00~spine-p0-00"}
       - {kind: link-degraded, link: "leaf-p0-r1-00:eth9", factor: 0.25, start: 50us}
+      - {kind: gray-loss, link: "leaf-p0-r0-01~spine-p0-01", loss: 0.01}   # transport runs only
     compare_healthy: true         # also run every scheme without the faults
     seeds: [0, 1]                 # workload seeds (placement, permutation) and random LB
     flowlet_bytes: 256KiB
@@ -52,7 +53,7 @@ _TOP_KEYS = frozenset({
     "name", "topology", "workload", "lb", "hash", "faults", "compare_healthy", "seeds", "seed",
     "flowlet_bytes", "batch_rtol",
 })
-_FAULT_KINDS = ("link-down", "link-degraded")
+_FAULT_KINDS = ("link-down", "link-degraded", "gray-loss")
 
 
 @dataclass(frozen=True)
@@ -379,8 +380,8 @@ def parse_scenario(data: object, *, source: str = "<scenario>") -> Scenario:
         if not isinstance(f, Mapping):
             raise _err(source, where, f"expected a mapping with kind and link, got {f!r}")
         for k in f:
-            if k not in ("kind", "link", "factor", "start", "end"):
-                raise _err(source, f"{where}.{k}", "unknown key (use kind, link, factor, start, end)")
+            if k not in ("kind", "link", "factor", "loss", "start", "end"):
+                raise _err(source, f"{where}.{k}", "unknown key (use kind, link, factor, loss, start, end)")
         fk = f.get("kind")
         if fk not in _FAULT_KINDS:
             raise _err(source, f"{where}.kind", f"unknown {fk!r}; the flow engine models {', '.join(_FAULT_KINDS)}")
@@ -392,6 +393,10 @@ def parse_scenario(data: object, *, source: str = "<scenario>") -> Scenario:
             if "factor" not in f:
                 raise _err(source, f"{where}.factor", "missing (capacity that remains, e.g. 0.25)")
             factor = _factor(f["factor"], f"{where}.factor", source)
+        if fk == "gray-loss":  # the fraction of frames the link corrupts, kept in ``factor``
+            if "loss" not in f:
+                raise _err(source, f"{where}.loss", "missing (fraction of frames corrupted, e.g. 0.01)")
+            factor = _loss(f["loss"], f"{where}.loss", source)
         start = _duration(f["start"], f"{where}.start", source) if f.get("start") is not None else 0
         end = _duration(f["end"], f"{where}.end", source) if f.get("end") is not None else None
         if end is not None and end <= start:
@@ -471,6 +476,7 @@ def scenario_from_flags(
     lb: str = "ecmp",
     fail: Sequence[str] = (),
     degrade: Sequence[str] = (),
+    corrupt: Sequence[str] = (),
     seeds: Sequence[int] = (0,),
     hash_function: str = "crc32",
     per_switch_seed: bool = True,
@@ -480,7 +486,8 @@ def scenario_from_flags(
     """The scenario that ``fabricscope sim --topo ... --workload ... --lb ...`` describes.
 
     ``topo`` is ``KIND[:K=V,...]`` or an inventory file; ``workload`` is ``KIND[:K=V,...]``;
-    ``degrade`` items are ``LINK=FACTOR`` (``LINK=0.25`` or ``LINK=25%``).
+    ``degrade`` items are ``LINK=FACTOR`` (``LINK=0.25`` or ``LINK=25%``), ``corrupt`` items
+    ``LINK=LOSS`` (gray-loss: the fraction of frames the link corrupts; transport runs only).
     """
     src = "<flags>"
     data: dict[str, object] = {"name": name}
@@ -495,15 +502,31 @@ def scenario_from_flags(
     data["workload"] = {"kind": wkind, **wparams}
     data["lb"] = lb
     data["hash"] = {"function": hash_function, "per_switch_seed": per_switch_seed}
-    data["faults"] = _flag_faults(fail, degrade)
+    data["faults"] = _flag_faults(fail, degrade, corrupt)
     if compare_healthy is not None:
         data["compare_healthy"] = compare_healthy
     data["seeds"] = list(seeds)
     return parse_scenario(data, source=src)
 
 
-def _flag_faults(fail: Sequence[str], degrade: Sequence[str]) -> list[dict[str, object]]:
+def _loss(v: object, where: str, source: str) -> float:
+    try:
+        x = float(str(v).strip().removesuffix("%")) / (100.0 if str(v).strip().endswith("%") else 1.0)
+    except ValueError:
+        raise _err(source, where, f"expected a fraction in [0, 1) (0.01 or 1%), got {v!r}") from None
+    if not 0 <= x < 1:
+        raise _err(source, where, f"expected a fraction in [0, 1) (0.01 or 1%), got {v!r}")
+    return x
+
+
+def _flag_faults(fail: Sequence[str], degrade: Sequence[str],
+                 corrupt: Sequence[str] = ()) -> list[dict[str, object]]:
     faults: list[dict[str, object]] = [{"kind": "link-down", "link": x} for x in fail]
+    for c in corrupt:
+        link, sep, loss = c.rpartition("=")
+        if not sep or not link:
+            raise _err("<flags>", "--corrupt", f"expected LINK=LOSS (e.g. leaf-000~spine-00=0.01), got {c!r}")
+        faults.append({"kind": "gray-loss", "link": link, "loss": loss})
     for d in degrade:
         link, sep, factor = d.rpartition("=")
         if not sep or not link:
@@ -523,6 +546,8 @@ def scenario_to_dict(sc: Scenario) -> dict[str, object]:
         d: dict[str, object] = {"kind": f.kind, "link": f.link}
         if f.kind == "link-degraded":
             d["factor"] = f.factor
+        if f.kind == "gray-loss":
+            d["loss"] = f.factor
         if f.start_ns:
             d["start"] = f.start_ns
         if f.end_ns is not None:
@@ -543,6 +568,7 @@ def with_overrides(
     seeds: Sequence[int] = (),
     fail: Sequence[str] = (),
     degrade: Sequence[str] = (),
+    corrupt: Sequence[str] = (),
     hash_function: str | None = None,
     polarized: bool = False,
 ) -> Scenario:
@@ -559,7 +585,7 @@ def with_overrides(
         d["hash"] = h
     if seeds:
         d["seeds"] = list(seeds)
-    extra = _flag_faults(fail, degrade)
+    extra = _flag_faults(fail, degrade, corrupt)
     if extra:
         d["faults"] = [*d["faults"], *extra]  # type: ignore[misc]
         d["compare_healthy"] = True
@@ -657,7 +683,8 @@ def prepare(
     faults: list[Fault] = []
     for fs in scenario.faults:
         link = resolve_link(fabric, fs.link, where=f"{src}: {fs.where}.link")
-        params = {"factor": fs.factor} if fs.kind == "link-degraded" else {}
+        params = ({"factor": fs.factor} if fs.kind == "link-degraded"
+                  else {"loss": fs.factor} if fs.kind == "gray-loss" else {})
         faults.append(Fault(fs.kind, link, fs.start_ns, fs.end_ns, params))  # type: ignore[arg-type]
     if "stripe" in scenario.schemes:
         _check_planes(fabric, src)

@@ -103,6 +103,32 @@ class PfcConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class LinkLayerConfig:
+    """The UEC link layer (Ultra Ethernet 1.0, link layer: credit-based flow control and
+    link-level retry), per link, one virtual channel.
+
+    cbfc:         credit-based flow control instead of PFC: a link's sender may only send
+                  into the credit its receiver's ingress buffer advertised; credit comes back
+                  one link delay after the bytes left that ingress queue. Lossless, and no
+                  pause frames (``cbfc`` and ``pfc`` exclude each other)
+    credit_bytes: credit (ingress buffer) per switch port; ``None`` = what keeps the link
+                  busy across the credit loop, ``2 x rate x latency + 4 MTU``
+    llr:          link-level retry: a frame the link corrupts (``gray-loss`` faults: the
+                  frame error ratio) is re-sent on that link, costing the link the retried
+                  bytes, instead of being dropped and re-sent end to end by its sender
+    """
+
+    cbfc: bool = False
+    credit_bytes: float | None = None
+    llr: bool = False
+
+    def validate(self, *, mtu_bytes: int, where: str = "link") -> None:
+        if self.credit_bytes is not None:
+            _check(self.credit_bytes >= mtu_bytes, f"{where}.credit",
+                   f"{self.credit_bytes:.0f} B is smaller than one MTU ({mtu_bytes} B)")
+
+
+@dataclass(frozen=True, slots=True)
 class HpccConfig:
     """HPCC (Li et al., SIGCOMM'19 §3-4): target utilization ``eta``, ``max_stage`` additive
     steps before a multiplicative one, additive step ``wai_bytes``. The default W_AI is
@@ -143,6 +169,7 @@ class TransportConfig:
     hpcc: HpccConfig = field(default_factory=HpccConfig)
     nscc: NsccConfig = field(default_factory=NsccConfig)
     eqds: EqdsConfig = field(default_factory=EqdsConfig)
+    link: LinkLayerConfig = field(default_factory=LinkLayerConfig)
     buffer: BufferConfig = field(default_factory=BufferConfig)
     ecn: EcnConfig = field(default_factory=EcnConfig)
     pfc: PfcConfig = field(default_factory=PfcConfig)
@@ -163,6 +190,9 @@ class TransportConfig:
         self.hpcc.validate()
         self.nscc.validate()
         self.eqds.validate()
+        self.link.validate(mtu_bytes=self.mtu_bytes)
+        _check(not (self.link.cbfc and self.pfc.enabled), "cbfc",
+               "credit-based flow control replaces PFC: turn one of them off (--no-pfc)")
 
 
 def parse_ecn(text: str, *, where: str = "--ecn") -> EcnConfig:
@@ -195,6 +225,8 @@ def transport_config_from_flags(
     dcqcn: str = "paper",
     mtu_bytes: int = 4096,
     trim: bool | None = None,
+    cbfc: bool = False,
+    llr: bool = False,
 ) -> TransportConfig | None:
     """The transport settings ``fabricscope sim --cc ... --buffer ... --ecn ... --pfc`` mean.
 
@@ -204,7 +236,8 @@ def transport_config_from_flags(
     PFC is off unless ``pfc=True`` (UEC runs lossy, htsim's switches trim: here a drop is
     re-sent, see docs/design/sim-transport.md), switches trim unless ``trim=False`` (then a
     full queue drops whole packets, found at the sender's timeout) and ECN follows htsim's
-    BDP-relative default unless ``ecn`` is given.
+    BDP-relative default unless ``ecn`` is given. ``cbfc`` replaces PFC by credits (PFC off
+    unless ``pfc=True``, which is then an error) and ``llr`` adds link-level retry.
     """
     from fabricscope.sim.transport.dcqcn import PARAM_SETS
     from fabricscope.sim.workload import parse_size
@@ -214,7 +247,8 @@ def transport_config_from_flags(
         raise ConfigError(f"--cc: unknown congestion control {cc!r}; known: {', '.join(known)}")
     if cc == "ideal":
         given = [name for name, v in (("--buffer", buffer), ("--ecn", ecn), ("--pfc/--no-pfc", pfc),
-                                      ("--trim/--no-trim", trim)) if v is not None]
+                                      ("--trim/--no-trim", trim), ("--cbfc", cbfc or None), ("--llr", llr or None))
+                 if v is not None]
         if given:
             raise ConfigError(f"{given[0]}: only applies with --cc {', '.join(known[1:])} (the ideal engine has no queues)")
         return None
@@ -230,13 +264,18 @@ def transport_config_from_flags(
         buf = BufferConfig(size_bytes=parse_size(buffer, field="--buffer", source="<flags>"))
         buf.validate(mtu_bytes=mtu_bytes, where="--buffer")
     e = parse_ecn(ecn) if ecn is not None else EcnConfig()
+    if cbfc and pfc is True:
+        raise ConfigError("--cbfc: credit-based flow control replaces PFC; not with --pfc")
+    link = LinkLayerConfig(cbfc=cbfc, llr=llr)
+    if cbfc:
+        pfc = False
     if cc in LOSSY_CCS:
         ns = NsccConfig(trimming=trim is not False, ecn_bdp=NsccConfig().ecn_bdp if ecn is None else None)
         cfg = TransportConfig(cc="eqds" if cc == "eqds" else "nscc", buffer=buf, ecn=e,
-                              pfc=PfcConfig(enabled=pfc is True), mtu_bytes=mtu_bytes, nscc=ns)
+                              pfc=PfcConfig(enabled=pfc is True), mtu_bytes=mtu_bytes, nscc=ns, link=link)
         cfg.validate()
         return cfg
     cfg = TransportConfig(cc="hpcc" if cc == "hpcc" else "dcqcn", dcqcn=PARAM_SETS[dcqcn], buffer=buf, ecn=e,
-                          pfc=PfcConfig(enabled=pfc is not False), mtu_bytes=mtu_bytes)
+                          pfc=PfcConfig(enabled=pfc is not False), mtu_bytes=mtu_bytes, link=link)
     cfg.validate()
     return cfg

@@ -20,7 +20,7 @@ import numpy.typing as npt
 from fabricscope.fabric.hashing import HashConfig
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.model.errors import ConfigError, WorkloadError
-from fabricscope.sim.engine import Progress, _as_faults, _Engine, edge_tiers
+from fabricscope.sim.engine import Progress, _as_faults, _edge_ids_of, _Engine, edge_tiers
 from fabricscope.sim.faults import Fault, FaultSchedule
 from fabricscope.sim.flows import Workload
 from fabricscope.sim.loadbalance import DYNAMIC_SCHEMES, PathTable, check_scheme
@@ -103,9 +103,18 @@ class FluidTransport:
                               "(use ecmp, random, spray, stripe or oblivious:paths=N)")
         fl = _as_faults(faults)
         for f in fl:
-            if f.kind in ("link-down", "link-degraded") and (f.start_ns > 0 or f.end_ns is not None):
+            if f.kind in ("link-down", "link-degraded", "gray-loss") and (f.start_ns > 0 or f.end_ns is not None):
                 raise ConfigError(f"fault {f.kind} on {f.subject}: the transport engine takes link faults "
                                   "for the whole run only (start 0, no end)")
+        # gray-loss: the link corrupts that fraction of its frames (dropped by the next hop's
+        # FCS check and re-sent end to end, or retried on the link with LLR)
+        e_fer = np.zeros(fabric.index.n_edges)
+        for f in fl:
+            if f.kind == "gray-loss":
+                loss = f.param("loss", 0.0)
+                if not 0 <= loss < 1:
+                    raise ConfigError(f"fault gray-loss on {f.subject}: params.loss must be in [0, 1), got {loss}")
+                e_fer[_edge_ids_of(fabric, f.subject, "fault gray-loss")] = loss
         self.fabric = fabric
         self.workload = workload
         self.scheme = scheme
@@ -241,6 +250,24 @@ class FluidTransport:
         every = int(max(1, round(trace_every_ns / dt))) if trace_every_ns > 0 and self.trace_edges.shape[0] else 0
         self.ip[K.IP_TRACE_EVERY] = every
         self.ip[K.IP_WD_FORWARD] = int(pfc.watchdog_action == "forward")
+        # UEC link layer: credits per switch ingress port (CBFC) and link-level retry
+        ll = cfg.link
+        self.ip[K.IP_CBFC] = int(ll.cbfc)
+        self.ip[K.IP_LLR] = int(ll.llr)
+        climit = (np.full(ix.n_edges, float(ll.credit_bytes)) if ll.credit_bytes is not None
+                  else 2.0 * e_cap * ix.latency_ns + 4.0 * mtu)
+        cr = np.where(e_dst_sw, climit, np.inf) if ll.cbfc else np.zeros(1)
+        if ll.cbfc:
+            need = np.zeros(ix.n_nodes)
+            np.add.at(need, ix.dst[e_dst_sw], climit[e_dst_sw])
+            over = np.flatnonzero(ix.is_switch & (need > n_buf))
+            if over.shape[0]:
+                node = int(over[0])
+                raise ConfigError(
+                    f"cbfc: {cfg.buffer.size_bytes:.0f} B per switch cannot back the credit of "
+                    f"{ix.node_ids[node]} ({need[node]:.0f} B for its ports); give a larger --buffer"
+                )
+        crq = np.zeros((L, ix.n_edges)) if ll.cbfc else np.zeros((1, 1))
         # DCQCN is integrated every ~1 us (a tenth of its fastest time constant when shorter):
         # its rates change on 4-50 us scales, the queues it reads on the step's scale.
         self.ip[K.IP_CC_EVERY] = max(1, math.floor(min(CC_DT_NS, 0.1 * p.tau_ns) / dt))
@@ -305,16 +332,16 @@ class FluidTransport:
             np.zeros((lcc, n)), np.zeros((lcc, n)), self.qd_acc, np.full(n, -np.inf), np.zeros(ne), np.zeros(ne), np.zeros(ne), np.zeros(ne),
             np.full(n, -1.0), nst, nfp, np.zeros((2, lcc, n)) if cfg.cc == "nscc" else np.zeros((2, 1, 1)),
             np.zeros(ne),
-            eng.dst.astype(np.int64), rx_rate, est, rx_scr,
+            eng.dst.astype(np.int64), rx_rate, est, rx_scr, e_fer, cr, crq,
         )
         self.maxq, self.qsum, self.drop, self.mark = (np.zeros(ne) for _ in range(4))
         self.xoff, self.wd = np.zeros(ne, np.int64), np.zeros(ne, np.int64)
-        self.paused, self.served, self.trimmed = np.zeros(ne), np.zeros(ne), np.zeros(ne)
+        self.paused, self.served, self.trimmed, self.llr = np.zeros(ne), np.zeros(ne), np.zeros(ne), np.zeros(ne)
         self.trace_t = np.zeros(tm)
         self.trace_buf = np.zeros((tm, max(self.trace_edges.shape[0], 1)))
         self.trace_n = np.zeros(1, np.int64)
         self._stats = (self.maxq, self.qsum, self.drop, self.mark, self.xoff, self.paused, self.wd, self.served,
-                       self.trimmed,
+                       self.trimmed, self.llr,
                        self.trace_edges if self.trace_edges.shape[0] else np.zeros(1, np.int64),
                        self.trace_buf, self.trace_t, self.trace_n)
         self.n_done = int((self.state >= 2).sum())
@@ -403,6 +430,7 @@ class FluidTransport:
             watchdog_events=self.wd.copy(),
             served_bytes=self.served.copy(),
             trimmed_bytes=self.trimmed.copy(),
+            llr_retried_frames=self.llr / self.config.mtu_bytes,
             sim_time_ns=float(self.clock[0]),
             dt_ns=self.dt,
             steps=steps,
@@ -432,6 +460,10 @@ class FluidTransport:
             meta["eqds_network_rtt_us"] = round(self.nscc.network_rtt_ns / 1e3, 3)
         if self.nscc is not None:
             meta["trimming"] = self.config.nscc.trimming
+        if self.config.link.cbfc:
+            meta["cbfc"] = True
+        if self.config.link.llr:
+            meta["llr"] = True
         meta.update(st.totals())
         unfinished = int(((self.state == 0) | (self.state == 1)).sum())
         meta["unfinished"] = unfinished

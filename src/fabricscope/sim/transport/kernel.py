@@ -36,12 +36,12 @@ from fabricscope.sim.transport.nscc import (
 
 # ip: integer parameters
 (IP_L, IP_LCC, IP_CC, IP_PFC, IP_WD_DETECT, IP_WD_RESTORE, IP_STEPS, IP_TRACE_EVERY, IP_WD_FORWARD,
- IP_CC_EVERY) = range(10)
+ IP_CC_EVERY, IP_CBFC, IP_LLR) = range(12)
 # fp: float parameters
 (FP_DT, FP_KMIN, FP_KMAX, FP_PMAX, FP_BUF_ALPHA, FP_PFC_ALPHA, FP_XOFF, FP_XON_DELTA, FP_MTU,
  FP_TAU, FP_TAU_A, FP_TIMER, FP_BC, FP_F, FP_RAI, FP_G, FP_RMIN, FP_NIC_Q,
  FP_ETA, FP_WAI, FP_MAX_STAGE, FP_EQ_WMAX) = range(22)
-N_IP, N_FP = 10, 22
+N_IP, N_FP = 12, 22
 CC_NONE, CC_DCQCN, CC_HPCC, CC_NSCC, CC_EQDS = 0, 1, 2, 3, 4
 
 
@@ -142,8 +142,8 @@ def advance(  # type: ignore[no-untyped-def]
     clock, q, arr, qe, ing, used, pr, req, wd_cnt, storm_until,
     f_state, rc, rt, alpha, sent, delivered, lost, t_start, t_arrive, t_fct, start_step,
     hist_p, hist_r, qd_acc, f_dep_ready, pe, qm, ain, txr, stage, nst, nfp, nhist, trim_q,
-    f_rx, rx_rate, est, rx_scr,
-    st_maxq, st_qsum, st_drop, st_mark, st_xoff, st_paused, st_wd, st_served, st_trim,
+    f_rx, rx_rate, est, rx_scr, e_fer, cr, crq,
+    st_maxq, st_qsum, st_drop, st_mark, st_xoff, st_paused, st_wd, st_served, st_trim, st_llr,
     trace_e, trace_buf, trace_t, trace_n,
 ):
     L = ip[IP_L]
@@ -178,6 +178,8 @@ def advance(  # type: ignore[no-untyped-def]
     hdr_cap = nfp[NP_HDR_CAP]
     rto = nfp[NP_RTO]
     lossy_cc = cc == CC_NSCC or cc == CC_EQDS  # UEC senders: NACKs and timeouts re-send
+    cbfc = ip[IP_CBFC] != 0  # credit-based flow control (UEC link layer) instead of PFC
+    llr = ip[IP_LLR] != 0  # link-level retry of corrupted frames
     eq_wmax = fp[FP_EQ_WMAX]
     in_stamp = np.full(n_e, -1, np.int64)
     adm_stamp = np.full(n_e, -1, np.int64)
@@ -365,6 +367,8 @@ def advance(  # type: ignore[no-untyped-def]
                     lost[s_flow[s]] += x
                     if s_in[s] >= 0:
                         ing[s_in[s]] -= x
+                        if cbfc:
+                            crq[(step + e_delay[s_in[s]]) % L, s_in[s]] += x
                     tot += x
                 qe[e] = 0.0
                 st_drop[e] += tot
@@ -382,8 +386,15 @@ def advance(  # type: ignore[no-untyped-def]
                         wd_cnt[e] = 0
                 continue
             wd_cnt[e] = 0
+            if cbfc and e_dst_sw[e]:  # only into the credit the next switch advertised
+                budget = min(budget, max(cr[e], 0.0))
+            fer = e_fer[e]  # frame error ratio of the link (gray-loss)
+            if fer > 0.0 and llr:  # corrupted frames re-sent on the link: its time, not the flow's
+                st_llr[e] += budget * fer
+                budget *= 1.0 - fer
             frac = min(1.0, budget / qe[e])
             tot = 0.0
+            bad = 0.0
             d = (step + e_delay[e]) % L
             for s in range(eptr[e], eptr[e + 1]):
                 x = q[s] * frac
@@ -393,11 +404,28 @@ def advance(  # type: ignore[no-untyped-def]
                 tot += x
                 if s_in[s] >= 0:
                     ing[s_in[s]] -= x
+                    if cbfc:
+                        crq[(step + e_delay[s_in[s]]) % L, s_in[s]] += x
+                if fer > 0.0 and not llr:  # corrupted, dropped by the next hop: re-sent end to end
+                    lx = x * fer
+                    x -= lx
+                    bad += lx
+                    f = s_flow[s]
+                    if lossy_cc:  # silent: the sender learns it at its timeout
+                        if nst[f, NS_RTO_PEND] <= 0.0:
+                            nst[f, NS_RTO_AT] = t + rto
+                        nst[f, NS_RTO_PEND] += lx
+                    else:
+                        lost[f] += lx
                 if s_last[s]:
                     delivered[s_flow[s]] += x
                 else:
                     for c in range(ch_ptr[s], ch_ptr[s + 1]):
                         arr[d, ch_idx[c]] += x * ch_frac[c]
+            if bad > 0.0:
+                st_drop[e] += bad
+            if cbfc and e_dst_sw[e]:
+                cr[e] -= tot - bad  # a corrupted frame's credit is not held (it never arrived)
             # The queue a packet sees, and what is recorded, is the mean occupancy over the
             # step: in a continuous fluid the step's arrivals and departures overlap, so it is
             # the start-of-step queue plus half of (arrivals - departures) (docs: step size).
@@ -411,6 +439,9 @@ def advance(  # type: ignore[no-untyped-def]
         # ---------------------------------------------------------- PFC
         for ei in range(e_list.shape[0]):
             e = e_list[ei]
+            if cbfc and crq[slot, e] != 0.0:  # credit returned by the next switch arrives
+                cr[e] += crq[slot, e]
+                crq[slot, e] = 0.0
             if e_stuck[e]:
                 if req[e] == 0:
                     st_xoff[e] += 1

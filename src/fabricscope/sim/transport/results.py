@@ -22,6 +22,7 @@ class TransportStats:
                     trimmed payload included
     trimmed_bytes:  of those, payload cut by trimming whose header went on to the receiver
                     (UEC switches, ``nscc`` / ``eqds`` with trimming; zero otherwise)
+    llr_retried_frames: frames the link corrupted and re-sent itself (link-level retry)
     marked_packets: ECN-marked packets (marked bytes / MTU)
     pause_frames:   XOFF transitions sent upstream by the receiver of the link
     paused_ns:      time the link's sender was paused while it had bytes to send
@@ -42,6 +43,7 @@ class TransportStats:
     dt_ns: float
     steps: int
     trimmed_bytes: FloatArray | None = None
+    llr_retried_frames: FloatArray | None = None
 
     def totals(self) -> dict[str, float]:
         """Fabric-wide figures (what ``fabricscope sim --cc`` prints)."""
@@ -49,6 +51,7 @@ class TransportStats:
             "max_queue_KB": round(float(self.max_queue_bytes.max(initial=0.0)) / 1e3, 3),
             "drops_KB": round(float(self.drop_bytes.sum()) / 1e3, 3),
             "trimmed_KB": round(float(self.trimmed_bytes.sum()) / 1e3, 3) if self.trimmed_bytes is not None else 0.0,
+            "llr_retries": round(float(self.llr_retried_frames.sum()), 1) if self.llr_retried_frames is not None else 0.0,
             "ecn_marks": round(float(self.marked_packets.sum()), 1),
             "pause_frames": int(self.pause_frames.sum()),
             "paused_links": int((self.paused_ns > 0).sum()),
