@@ -29,6 +29,7 @@ from fabricscope.sim.transport import eqds as EQ
 from fabricscope.sim.transport import kernel as K
 from fabricscope.sim.transport import nscc as NS
 from fabricscope.sim.transport.config import TransportConfig
+from fabricscope.sim.transport.reroute import reroute, segment_levels
 from fabricscope.sim.transport.results import TransportResult, TransportStats, TransportWatch
 from fabricscope.sim.transport.segments import build_segments
 
@@ -268,6 +269,7 @@ class FluidTransport:
                     f"{ix.node_ids[node]} ({need[node]:.0f} B for its ports); give a larger --buffer"
                 )
         crq = np.zeros((L, ix.n_edges)) if ll.cbfc else np.zeros((1, 1))
+        self.e_down = np.zeros(ix.n_edges, np.int8)  # links taken down during the run (fail_link)
         # DCQCN is integrated every ~1 us (a tenth of its fastest time constant when shorter):
         # its rates change on 4-50 us scales, the queues it reads on the step's scale.
         self.ip[K.IP_CC_EVERY] = max(1, math.floor(min(CC_DT_NS, 0.1 * p.tau_ns) / dt))
@@ -332,7 +334,7 @@ class FluidTransport:
             np.zeros((lcc, n)), np.zeros((lcc, n)), self.qd_acc, np.full(n, -np.inf), np.zeros(ne), np.zeros(ne), np.zeros(ne), np.zeros(ne),
             np.full(n, -1.0), nst, nfp, np.zeros((2, lcc, n)) if cfg.cc == "nscc" else np.zeros((2, 1, 1)),
             np.zeros(ne),
-            eng.dst.astype(np.int64), rx_rate, est, rx_scr, e_fer, cr, crq,
+            eng.dst.astype(np.int64), rx_rate, est, rx_scr, e_fer, cr, crq, self.e_down,
         )
         self.maxq, self.qsum, self.drop, self.mark = (np.zeros(ne) for _ in range(4))
         self.xoff, self.wd = np.zeros(ne, np.int64), np.zeros(ne, np.int64)
@@ -345,6 +347,38 @@ class FluidTransport:
                        self.trace_edges if self.trace_edges.shape[0] else np.zeros(1, np.int64),
                        self.trace_buf, self.trace_t, self.trace_n)
         self.n_done = int((self.state >= 2).sum())
+        self._order: IntArray | None = None
+
+    def fail_link(self, subject: str) -> IntArray:
+        """Take a link down now: a cable ``a|b`` (both directions) or one direction ``a->b``.
+        Its queues and whatever reaches it from now on are lost (silently: a UEC sender
+        learns it at its timeout); the routes stay until :meth:`reroute` moves them."""
+        edges = np.asarray(_edge_ids_of(self.fabric, subject, "fail_link"), dtype=np.int64)
+        self.e_down[edges] = 1
+        return edges
+
+    def flows_through(self, edges: IntArray, *, min_share: float = 1e-6) -> npt.NDArray[np.bool_]:
+        """Flows that send more than ``min_share`` of their bytes over any of ``edges``."""
+        segs = self.segs
+        on = np.isin(segs.edge, edges) & (segs.weight > min_share)
+        mask = np.zeros(self.state.shape[0], dtype=bool)
+        mask[segs.flow[on]] = True
+        return mask
+
+    def reroute(self, *, local: bool, pick: bool = False, flows: npt.NDArray[np.bool_] | None = None,
+                salt: int = 0) -> int:
+        """Move running flows off the links that are down (:mod:`~fabricscope.sim.transport.reroute`):
+        ``local`` only where the switch's own port failed, else at the first split upstream
+        with a live way; ``pick`` one live next hop per flow (ECMP re-hash) or spread over
+        them all (spraying). Returns how many splits changed."""
+        segs = self.segs
+        if self._order is None:
+            lv = segment_levels(segs.ingress, segs.ch_ptr, segs.ch_idx)
+            self._order = np.argsort(lv, kind="stable").astype(np.int64)
+        mask = np.ones(self.state.shape[0], dtype=bool) if flows is None else flows
+        return reroute(s_flow=segs.flow, s_edge=segs.edge, s_in=segs.ingress, s_w=segs.weight, s_last=segs.last,
+                       ch_ptr=segs.ch_ptr, ch_idx=segs.ch_idx, ch_frac=segs.ch_frac, order=self._order,
+                       e_down=self.e_down, flow_mask=mask, local=local, pick=pick, salt=salt)
 
     def _block(self, idx: IntArray) -> None:
         """Flows depending (transitively) on an unroutable one never start: state 4."""

@@ -61,6 +61,18 @@ def _occupancy(e, q, e_src_sw, qm, pe, st_qsum, st_maxq, kmin, kmax, pmax):  # t
         pe[e] = pmax * (q - kmin) / max(kmax - kmin, 1e-12)
 
 
+@numba.njit(cache=True, inline="always")
+def _silent_loss(f, x, t, lossy_cc, rto, lost, nst):  # type: ignore[no-untyped-def]
+    """``x`` bytes of flow ``f`` vanish (a link that went down, a corrupted frame): a UEC
+    sender learns it at its timeout, others re-send at once (RoCE go-back-N is not modelled)."""
+    if lossy_cc:
+        if nst[f, NS_RTO_PEND] <= 0.0:
+            nst[f, NS_RTO_AT] = t + rto
+        nst[f, NS_RTO_PEND] += x
+    else:
+        lost[f] += x
+
+
 @numba.njit(cache=True)
 def _hpcc(f, step, lcc, cc_every, dt_cc, fp, fptr, fidx, s_edge, e_src_sw, e_cap, qm, txr,  # type: ignore[no-untyped-def]
           f_line, f_rtt_steps, start_step, rc, rt, alpha, stage, hist_p, dt):
@@ -142,7 +154,7 @@ def advance(  # type: ignore[no-untyped-def]
     clock, q, arr, qe, ing, used, pr, req, wd_cnt, storm_until,
     f_state, rc, rt, alpha, sent, delivered, lost, t_start, t_arrive, t_fct, start_step,
     hist_p, hist_r, qd_acc, f_dep_ready, pe, qm, ain, txr, stage, nst, nfp, nhist, trim_q,
-    f_rx, rx_rate, est, rx_scr, e_fer, cr, crq,
+    f_rx, rx_rate, est, rx_scr, e_fer, cr, crq, e_down,
     st_maxq, st_qsum, st_drop, st_mark, st_xoff, st_paused, st_wd, st_served, st_trim, st_llr,
     trace_e, trace_buf, trace_t, trace_n,
 ):
@@ -255,6 +267,10 @@ def advance(  # type: ignore[no-untyped-def]
                 st_drop[e] += b
                 lost[f] += b
                 continue
+            if e_down[e]:  # the link went down: what reaches it is lost
+                st_drop[e] += b
+                _silent_loss(f, b, t, lossy_cc, rto, lost, nst)
+                continue
             adm = b
             if e_src_sw[e]:
                 node = e_src[e]
@@ -355,6 +371,24 @@ def advance(  # type: ignore[no-untyped-def]
             if qe[e] <= 0.0:
                 wd_cnt[e] = 0
                 continue
+            if e_down[e]:  # down: what it held is lost
+                tot = 0.0
+                for s in range(eptr[e], eptr[e + 1]):
+                    x = q[s]
+                    if x <= 0.0:
+                        continue
+                    q[s] = 0.0
+                    _silent_loss(s_flow[s], x, t, lossy_cc, rto, lost, nst)
+                    if s_in[s] >= 0:
+                        ing[s_in[s]] -= x
+                        if cbfc:
+                            crq[(step + e_delay[s_in[s]]) % L, s_in[s]] += x
+                    tot += x
+                qe[e] = 0.0
+                st_drop[e] += tot
+                if e_src_sw[e]:
+                    used[e_src[e]] -= tot
+                continue
             stormed = step < storm_until[e]
             paused = pr[slot, e] != 0 and not stormed
             if stormed and not wd_forward:  # watchdog "drop": flush the queue
@@ -410,13 +444,7 @@ def advance(  # type: ignore[no-untyped-def]
                     lx = x * fer
                     x -= lx
                     bad += lx
-                    f = s_flow[s]
-                    if lossy_cc:  # silent: the sender learns it at its timeout
-                        if nst[f, NS_RTO_PEND] <= 0.0:
-                            nst[f, NS_RTO_AT] = t + rto
-                        nst[f, NS_RTO_PEND] += lx
-                    else:
-                        lost[f] += lx
+                    _silent_loss(s_flow[s], lx, t, lossy_cc, rto, lost, nst)
                 if s_last[s]:
                     delivered[s_flow[s]] += x
                 else:
