@@ -377,6 +377,41 @@ def eqds_heldout_cases(quick: bool, htsim: Htsim | None) -> list[dict[str, objec
     return rows + inc
 
 
+# SIMULATION.md §2 [P]: the 8 uplinks of one aggregation switch at 25 % speed, spraying 128
+# paths, sender CC, 1,024-host fat tree, 2 MB permutation: max FCT (us)
+HTSIM_DEGRADED_MAX = {"oblivious": 280.8, "reps": 206.7}
+
+
+def reps_cases(quick: bool) -> list[dict[str, object]]:
+    """Oblivious spraying against REPS with one aggregation switch's uplinks at 25 %."""
+    from fabricscope.sim.faults import Fault
+
+    ft = fat_tree_fabric(pods=16, tors_per_pod=8, aggs_per_pod=8, hosts_per_tor=8, cores_per_plane=8)
+    ups = [f"{lk.a}|{lk.b}" for lk in ft.links
+           if "agg-p00-00" in {lk.a.split(":")[0], lk.b.split(":")[0]} and "core" in lk.a + lk.b]
+    faults = [Fault("link-degraded", u, params={"factor": 0.25}) for u in ups]
+    rows: list[dict[str, object]] = []
+    for name, lb in (("oblivious", "oblivious:paths=128"), ("reps", "reps:paths=128")):
+        acc, walls = [], []
+        for sd in range(1 if quick else 3):
+            w = permutation(ft, 2_000_000, seed=sd)
+            r, wall, _ = _timed(lambda: simulate_transport(ft, w, lb=lb, seed=sd, faults=faults,  # noqa: B023
+                                                           config=TransportConfig(cc="nscc")))
+            acc.append(_stats4(r.sim.fct_us()))
+            walls.append(wall)
+        got = [round(float(x), 1) for x in np.mean(acc, axis=0)]
+        ref = HTSIM_DEGRADED_MAX[name]
+        rows.append({"case": f"fat tree 1024, agg-p00-00's {len(ups)} uplinks at 25 %, {lb}, nscc, seeds 0-{len(acc) - 1}",
+                     "mean_p50_p99_max_us": got, "htsim_recorded_max_us": ref, "error_max_pct": _err(got[3], ref),
+                     "wall_s_per_run": round(float(np.mean(walls)), 2)})
+        print(rows[-1], flush=True)
+    o, p = rows[0]["mean_p50_p99_max_us"], rows[1]["mean_p50_p99_max_us"]
+    rows.append({"case": "max FCT, oblivious / REPS", "fabricscope": round(o[3] / p[3], 3),  # type: ignore[index]
+                 "htsim": round(HTSIM_DEGRADED_MAX["oblivious"] / HTSIM_DEGRADED_MAX["reps"], 3)})
+    print(rows[-1], flush=True)
+    return rows
+
+
 def scaling_cases(hosts: list[int]) -> list[dict[str, object]]:
     rows = []
     for h in hosts:
@@ -400,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a subset (CI smoke run)")
     ap.add_argument("--scale", default="1024,4096", help="host counts for the scaling rows (comma separated)")
     ap.add_argument("--only", default="fixed,incast,perm,scale",
-                    help="which groups to run (also: nscc, nscc-heldout, eqds, eqds-heldout)")
+                    help="which groups to run (also: nscc, nscc-heldout, eqds, eqds-heldout, reps)")
     ap.add_argument("--htsim", type=Path, default=None,
                     help="htsim_uec binary (built outside the repository): run it side by side in eqds groups")
     ap.add_argument("--htsim-topologies", type=Path, default=None,
@@ -428,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
         out["eqds"] = eqds_cases(args.quick, htsim)
     if "eqds-heldout" in groups:
         out["eqds_heldout"] = eqds_heldout_cases(args.quick, htsim)
+    if "reps" in groups:
+        out["reps_degraded"] = reps_cases(args.quick)
     if "scale" in groups:
         out["scaling"] = scaling_cases([int(x) for x in args.scale.split(",") if x])
     out["total_wall_s"] = round(time.perf_counter() - t0, 1)

@@ -83,7 +83,11 @@ def register(app: typer.Typer) -> None:
         scenario_file: Path | None = typer.Argument(None, metavar="[SCENARIO.yaml]", help="Scenario file (YAML)."),
         topo: str | None = typer.Option(None, "--topo", help="KIND[:KEY=VALUE,...] or an inventory file."),
         workload: str | None = typer.Option(None, "--workload", "-w", help="KIND[:KEY=VALUE,...], e.g. permutation:size=2MiB."),
-        lb: str | None = typer.Option(None, "--lb", help="Scheme(s), comma separated: ecmp,random,spray,flowlet,dlb,stripe."),
+        lb: str | None = typer.Option(
+            None, "--lb",
+            help="Scheme(s), comma separated: ecmp, random, spray, flowlet, dlb, stripe, oblivious:paths=N; with a "
+                 "transport --cc also reps[:paths=N] (senders recycle the entropies that came back unmarked).",
+        ),
         fail: list[str] = typer.Option([], "--fail", help="LINK to take down (repeatable)."),
         degrade: list[str] = typer.Option([], "--degrade", help="LINK=FACTOR: capacity kept, 0.25 or 25% (repeatable)."),
         corrupt: list[str] = typer.Option(

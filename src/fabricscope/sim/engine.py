@@ -36,6 +36,7 @@ from fabricscope.sim.loadbalance import (
     PathTable,
     Scheme,
     check_scheme,
+    is_transport_only,
     route_flows,
 )
 from fabricscope.sim.maxmin import IncidenceSolver, max_min_rates
@@ -554,6 +555,12 @@ def _as_faults(faults: FaultSchedule | Iterable[Fault]) -> tuple[Fault, ...]:
     return faults.faults if isinstance(faults, FaultSchedule) else tuple(faults)
 
 
+def _ideal_scheme(scheme: str) -> None:
+    if is_transport_only(scheme):
+        raise ConfigError(f"lb {scheme}: recycles entropies on ECN marks, which only the transport engine has "
+                          "(give a --cc: nscc, eqds, dcqcn or hpcc)")
+
+
 def simulate(
     fabric: Fabric,
     workload: Workload,
@@ -595,6 +602,7 @@ def simulate(
         Called as ``progress(finished, total)``.
     """
     scheme = check_scheme(lb)
+    _ideal_scheme(scheme)
     t0 = time.perf_counter()
     eng = _Engine(
         fabric, workload.flows, scheme=scheme, hash_config=hash_config,
@@ -654,6 +662,7 @@ def steady_state_rates(
     on their first flowlet.
     """
     scheme = check_scheme(lb)
+    _ideal_scheme(scheme)
     specs = flows.flows if isinstance(flows, Workload) else tuple(flows)
     specs = tuple(f for f in specs if not f.deps and f.start_ns == 0)
     if not specs:

@@ -48,7 +48,10 @@ from fabricscope.model.records import FiveTuple
 Scheme = Literal["ecmp", "random", "spray", "flowlet", "dlb", "stripe", "oblivious"]
 SCHEMES: tuple[Scheme, ...] = ("ecmp", "random", "spray", "flowlet", "dlb", "stripe")
 DYNAMIC_SCHEMES: frozenset[str] = frozenset({"flowlet", "dlb"})
-PARAMETRIC_SCHEMES: tuple[str, ...] = ("oblivious:paths=N",)
+PARAMETRIC_SCHEMES: tuple[str, ...] = ("oblivious:paths=N", "reps[:paths=N]")
+#: Schemes that react to ECN marks: only the transport engine (``--cc`` other than ideal) runs them.
+TRANSPORT_SCHEMES: tuple[str, ...] = ("reps",)
+REPS_DEFAULT_PATHS = 128
 """Schemes with a parameter: ``check_scheme`` returns the full name (``oblivious:paths=128``)."""
 MAX_ENTROPIES = 65536
 
@@ -69,10 +72,30 @@ def check_scheme(name: str, *, source: str = "lb") -> Scheme:
     if name.startswith("oblivious"):
         oblivious_paths(name, source=source)
         return cast(Scheme, name)
+    if name == "reps" or name.startswith("reps:"):
+        reps_paths(name, source=source)
+        return cast(Scheme, name)
     if name not in SCHEMES:
         raise ConfigError(f"{source}: unknown load-balancing scheme {name!r}; choose one of "
                           f"{', '.join((*SCHEMES, *PARAMETRIC_SCHEMES))}")
     return name
+
+
+def reps_paths(name: str, *, source: str = "lb") -> int:
+    """N of ``reps`` (128) or ``reps:paths=N``: REPS recycles N entropies (the transport
+    engine's :func:`fabricscope.sim.transport.kernel._reps`)."""
+    if name == "reps":
+        return REPS_DEFAULT_PATHS
+    try:
+        return oblivious_paths("oblivious" + name.removeprefix("reps"), source=source)
+    except ConfigError:
+        raise ConfigError(f"{source}: {name!r}: expected reps or reps:paths=N with N a whole number, "
+                          "e.g. reps:paths=128") from None
+
+
+def is_transport_only(name: str) -> bool:
+    """Schemes that need ECN marks (the transport engine), e.g. ``reps``."""
+    return name.split(":", 1)[0] in TRANSPORT_SCHEMES
 
 
 def oblivious_paths(name: str, *, source: str = "lb") -> int:
@@ -627,6 +650,8 @@ def route_flows(
         return finder.stripe(src, dst, sport)
     if scheme.startswith("oblivious"):
         return finder.oblivious(src, dst, sport, oblivious_paths(scheme), rng or np.random.default_rng(0))
+    if scheme.startswith("reps"):  # the entropies it starts from; the transport engine recycles them
+        return finder.oblivious(src, dst, sport, reps_paths(scheme), rng or np.random.default_rng(0))
     if scheme == "dlb":
         if load is None:
             load = np.zeros(finder.ix.n_edges)

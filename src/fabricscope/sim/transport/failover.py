@@ -12,11 +12,10 @@ scheme     routes before                                  re-routes
                                                           reconverged (``converge_ns``)
 ``oblivious`` spraying over ``paths`` entropies           nothing until routing reconverges
                                                           (then spread over the survivors)
-``reps``   the same entropies                             at the first split with a live way,
-                                                          when the lost packets' timeouts
-                                                          tell the sender (REPS: entropies
-                                                          that lost packets are not reused,
-                                                          Bonato et al. 2024)
+``reps``   the same entropies, recycled by the marks      by itself: an entropy whose packets
+           and losses they see (``--lb reps``)            are lost is not recycled, one RTT
+                                                          later (REPS, Bonato et al. 2024;
+                                                          :func:`~fabricscope.sim.transport.kernel._reps`)
 ``ar``     spraying over every path (adaptive routing     at the switch whose own port went
            in steady state)                               down, ``local_detect_ns`` after;
                                                           the rest at reconvergence
@@ -40,7 +39,6 @@ from fabricscope.model.errors import ConfigError
 from fabricscope.sim.engine import _Engine
 from fabricscope.sim.flows import Workload
 from fabricscope.sim.loadbalance import PathTable, check_scheme
-from fabricscope.sim.transport import nscc as NS
 from fabricscope.sim.transport.config import TransportConfig
 from fabricscope.sim.transport.fluid import FluidTransport
 
@@ -110,7 +108,6 @@ def failover_run(
     until_ns: float,
     converge_ns: float,
     local_detect_ns: float = 1_000.0,
-    reps_detect_ns: float | None = None,
     paths: int = 128,
     config: TransportConfig | None = None,
     bin_ns: float = 5_000.0,
@@ -120,8 +117,8 @@ def failover_run(
 ) -> FailoverRun:
     """Run ``workload`` (flows that outlast ``until_ns``) and fail ``link`` (``a|b``) at
     ``fail_at_ns``. ``converge_ns``: from the failure until routing has reconverged (every
-    scheme re-routes then); ``reps_detect_ns``: until a REPS sender has stopped using the
-    lost entropies (default: the sender's timeout plus the network RTT)."""
+    scheme re-routes then); ``local_detect_ns``: until a switch has taken its failed port out
+    (adaptive routing)."""
     if scheme not in FAILOVER_SCHEMES:
         raise ConfigError(f"failover scheme: unknown {scheme!r}; choose one of {', '.join(FAILOVER_SCHEMES)}")
     if not 0 < pre_ns <= fail_at_ns < until_ns:
@@ -129,20 +126,16 @@ def failover_run(
     if not converge_ns > 0 or not bin_ns > 0 or not 0 < threshold <= 1:
         raise ConfigError("failover: converge_ns and bin_ns must be > 0, threshold in (0, 1]")
     cfg = config or TransportConfig(cc="nscc")
+    lb = "ecmp"
     if scheme in ("oblivious", "reps"):
         table = _table(fabric, workload, f"oblivious:paths={paths}", cfg, seed)
+        lb = f"reps:paths={paths}" if scheme == "reps" else f"oblivious:paths={paths}"
     else:
         table = _table(fabric, workload, "spray", cfg, seed)
         if scheme == "ecmp":
             table = _ecmp_on_spray(table, _table(fabric, workload, "ecmp", cfg, seed))
-    ft = FluidTransport(fabric, workload, config=cfg, paths=table, seed=seed)
-    if reps_detect_ns is None:
-        rto = float(ft.nscc.params[NS.NP_RTO]) if ft.nscc is not None else 15_000.0
-        net_rtt = float(ft.nscc.network_rtt_ns) if ft.nscc is not None else 2.0 * float(np.max(ft.lat_ns))
-        reps_detect_ns = rto + net_rtt
+    ft = FluidTransport(fabric, workload, config=cfg, lb=lb, paths=table, seed=seed)
     events: list[tuple[float, bool, bool, bool]] = []  # (time, local, pick, affected only)
-    if scheme == "reps":
-        events.append((fail_at_ns + reps_detect_ns, False, False, True))
     if scheme == "ar":
         events.append((fail_at_ns + local_detect_ns, True, False, False))
     events.append((fail_at_ns + converge_ns, False, scheme == "ecmp", True))

@@ -53,8 +53,10 @@ class FluidTransport:
     Parameters
     ----------
     lb:
-        ``ecmp``, ``random``, ``spray``, ``stripe`` or ``oblivious:paths=N`` (static routes; ``flowlet``/``dlb``
-        re-route per flowlet and are not in the transport engine yet).
+        ``ecmp``, ``random``, ``spray``, ``stripe`` or ``oblivious:paths=N`` (static routes), or
+        ``reps[:paths=N]``: N entropies that each sender re-weights once per RTT by the marks and
+        losses their packets see (REPS; ``flowlet``/``dlb`` re-route per flowlet and are not in
+        the transport engine yet).
     faults:
         ``link-down`` / ``link-degraded`` faults active for the whole run (start 0, no end).
     stuck_nics:
@@ -270,6 +272,14 @@ class FluidTransport:
                 )
         crq = np.zeros((L, ix.n_edges)) if ll.cbfc else np.zeros((1, 1))
         self.e_down = np.zeros(ix.n_edges, np.int8)  # links taken down during the run (fail_link)
+        # REPS: each flow's segments in hop order (its recycling round walks them both ways)
+        self.ip[K.IP_REPS] = int(scheme.startswith("reps"))
+        if scheme.startswith("reps"):
+            lv = segment_levels(segs.ingress, segs.ch_ptr, segs.ch_idx)
+            lo_idx = np.lexsort((lv, segs.flow)).astype(np.int64)
+        else:
+            lo_idx = np.zeros(1, np.int64)
+        n_rq = segs.n if scheme.startswith("reps") else 1
         # DCQCN is integrated every ~1 us (a tenth of its fastest time constant when shorter):
         # its rates change on 4-50 us scales, the queues it reads on the step's scale.
         self.ip[K.IP_CC_EVERY] = max(1, math.floor(min(CC_DT_NS, 0.1 * p.tau_ns) / dt))
@@ -335,6 +345,7 @@ class FluidTransport:
             np.full(n, -1.0), nst, nfp, np.zeros((2, lcc, n)) if cfg.cc == "nscc" else np.zeros((2, 1, 1)),
             np.zeros(ne),
             eng.dst.astype(np.int64), rx_rate, est, rx_scr, e_fer, cr, crq, self.e_down,
+            lo_idx, np.zeros(n_rq), np.zeros(n_rq, np.bool_),
         )
         self.maxq, self.qsum, self.drop, self.mark = (np.zeros(ne) for _ in range(4))
         self.xoff, self.wd = np.zeros(ne, np.int64), np.zeros(ne, np.int64)

@@ -36,12 +36,12 @@ from fabricscope.sim.transport.nscc import (
 
 # ip: integer parameters
 (IP_L, IP_LCC, IP_CC, IP_PFC, IP_WD_DETECT, IP_WD_RESTORE, IP_STEPS, IP_TRACE_EVERY, IP_WD_FORWARD,
- IP_CC_EVERY, IP_CBFC, IP_LLR) = range(12)
+ IP_CC_EVERY, IP_CBFC, IP_LLR, IP_REPS) = range(13)
 # fp: float parameters
 (FP_DT, FP_KMIN, FP_KMAX, FP_PMAX, FP_BUF_ALPHA, FP_PFC_ALPHA, FP_XOFF, FP_XON_DELTA, FP_MTU,
  FP_TAU, FP_TAU_A, FP_TIMER, FP_BC, FP_F, FP_RAI, FP_G, FP_RMIN, FP_NIC_Q,
  FP_ETA, FP_WAI, FP_MAX_STAGE, FP_EQ_WMAX) = range(22)
-N_IP, N_FP = 12, 22
+N_IP, N_FP = 13, 22
 CC_NONE, CC_DCQCN, CC_HPCC, CC_NSCC, CC_EQDS = 0, 1, 2, 3, 4
 
 
@@ -71,6 +71,68 @@ def _silent_loss(f, x, t, lossy_cc, rto, lost, nst):  # type: ignore[no-untyped-
         nst[f, NS_RTO_PEND] += x
     else:
         lost[f] += x
+
+
+@numba.njit(cache=True)
+def _reps(f, fptr, lo_idx, s_edge, s_in, s_w, s_last, ch_ptr, ch_idx, ch_frac, pe, e_down, rq, rdead):  # type: ignore[no-untyped-def]
+    """One round of REPS (Bonato et al., "REPS: Recycled Entropy Packet Spraying for Adaptive
+    Load Balancing and Failure Mitigation", 2024) for flow ``f``, in expectation: an entropy is
+    re-used when its acknowledgement came back unmarked, the rest of the packets take random
+    entropies. At every split of the flow, with ``x_k`` the share of next hop ``k`` and ``q_k``
+    the probability that a packet sent that way is marked or lost (its subtree, bottom-up):
+    ``x_k <- x_k (1 - q_k) + (1 - U) / n``, ``U = sum x_k (1 - q_k)``, the random part spread
+    over the ``n`` next hops that are not down (REPS freezes exploration of failed ones). Then
+    the flow's segment weights follow, top-down."""
+    a, b = fptr[f], fptr[f + 1]
+    for i in range(b - 1, a - 1, -1):  # bottom-up: mark-or-loss probability of each subtree
+        s = lo_idx[i]
+        e = s_edge[s]
+        if e_down[e]:
+            rq[s] = 1.0
+            rdead[s] = True
+            continue
+        if s_last[s] or ch_ptr[s + 1] == ch_ptr[s]:
+            rq[s] = pe[e]
+            rdead[s] = False
+            continue
+        tot = 0.0
+        sub = 0.0
+        alive = False
+        for m in range(ch_ptr[s], ch_ptr[s + 1]):
+            c = ch_idx[m]
+            sub += ch_frac[m] * rq[c]
+            tot += ch_frac[m]
+            if not rdead[c]:
+                alive = True
+        rq[s] = 1.0 - (1.0 - pe[e]) * (1.0 - (sub / tot if tot > 0.0 else 1.0))
+        rdead[s] = not alive
+    changed = False
+    for i in range(a, b):
+        s = lo_idx[i]
+        k0, k1 = ch_ptr[s], ch_ptr[s + 1]
+        if k1 - k0 < 2 or rdead[s]:
+            continue
+        u = 0.0
+        n_alive = 0
+        for m in range(k0, k1):
+            u += ch_frac[m] * (1.0 - rq[ch_idx[m]])
+            if not rdead[ch_idx[m]]:
+                n_alive += 1
+        if u >= 1.0 - 1e-12:
+            continue  # nothing marked: every entropy is re-used as it is
+        for m in range(k0, k1):
+            c = ch_idx[m]
+            ch_frac[m] = ch_frac[m] * (1.0 - rq[c]) + ((1.0 - u) / n_alive if not rdead[c] else 0.0)
+        changed = True
+    if changed:
+        for i in range(a, b):
+            s = lo_idx[i]
+            if s_in[s] >= 0:
+                s_w[s] = 0.0
+        for i in range(a, b):
+            s = lo_idx[i]
+            for m in range(ch_ptr[s], ch_ptr[s + 1]):
+                s_w[ch_idx[m]] += s_w[s] * ch_frac[m]
 
 
 @numba.njit(cache=True)
@@ -154,7 +216,7 @@ def advance(  # type: ignore[no-untyped-def]
     clock, q, arr, qe, ing, used, pr, req, wd_cnt, storm_until,
     f_state, rc, rt, alpha, sent, delivered, lost, t_start, t_arrive, t_fct, start_step,
     hist_p, hist_r, qd_acc, f_dep_ready, pe, qm, ain, txr, stage, nst, nfp, nhist, trim_q,
-    f_rx, rx_rate, est, rx_scr, e_fer, cr, crq, e_down,
+    f_rx, rx_rate, est, rx_scr, e_fer, cr, crq, e_down, lo_idx, rq, rdead,
     st_maxq, st_qsum, st_drop, st_mark, st_xoff, st_paused, st_wd, st_served, st_trim, st_llr,
     trace_e, trace_buf, trace_t, trace_n,
 ):
@@ -192,6 +254,7 @@ def advance(  # type: ignore[no-untyped-def]
     lossy_cc = cc == CC_NSCC or cc == CC_EQDS  # UEC senders: NACKs and timeouts re-send
     cbfc = ip[IP_CBFC] != 0  # credit-based flow control (UEC link layer) instead of PFC
     llr = ip[IP_LLR] != 0  # link-level retry of corrupted frames
+    reps = ip[IP_REPS] != 0  # senders recycle the entropies that came back unmarked
     eq_wmax = fp[FP_EQ_WMAX]
     in_stamp = np.full(n_e, -1, np.int64)
     adm_stamp = np.full(n_e, -1, np.int64)
@@ -519,6 +582,8 @@ def advance(  # type: ignore[no-untyped-def]
                     lg += s_w[s] * math.log1p(-min(pe[e], 1.0 - 1e-12))
                 qd += s_w[s] * qe[e] / e_cap[e]
             qd_acc[f] += qd * dt
+            if reps and (step - start_step[f]) % max(f_rtt_steps[f], 1) == 0:
+                _reps(f, fptr, lo_idx, s_edge, s_in, s_w, s_last, ch_ptr, ch_idx, ch_frac, pe, e_down, rq, rdead)
             if cc == CC_NONE or cc == CC_EQDS:  # noqa: SIM109 (plain compares in numba)
                 continue
             if cc == CC_NSCC:
