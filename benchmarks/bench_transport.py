@@ -412,6 +412,39 @@ def reps_cases(quick: bool) -> list[dict[str, object]]:
     return rows
 
 
+def multiplane_cases(quick: bool) -> list[dict[str, object]]:
+    """The seed claim "multi-plane with global load balancing: 2.3x under an uplink failure"
+    (SIMULATION.md §5): 256 hosts with 400G NICs, one plane of 400G links against four planes
+    of 100G (each NIC 4 x 100G, planes share nothing above the NIC), the same switches'
+    worth of capacity; one uplink cable of the first leaf down (a 400G link, or a 100G link of
+    plane 0); an 8 MB permutation under NSCC; ECMP, oblivious spraying and REPS (which, on
+    the multi-plane fabric, also moves each flow's share between its NIC's planes)."""
+    from fabricscope.fabric.builders import multi_plane_fabric, rail_optimized_fabric
+    from fabricscope.sim.faults import Fault
+
+    fabs = {"single plane, 400G links": rail_optimized_fabric(256, gpus_per_server=1, nic_gbps=400, radix=32),
+            "4 planes, 100G links": multi_plane_fabric(256, planes=4, gpus_per_server=1, nic_gbps=400, radix=32)}
+    seeds = [0] if quick else [0, 1, 2]
+    rows: list[dict[str, object]] = []
+    for label, fab in fabs.items():
+        leaf = fab.leaves_of_nic["host0000/nic0"][0]
+        cable = next(f"{lk.a}|{lk.b}" for lk in fab.links if lk.a.startswith(leaf + ":") and "spine" in lk.b)
+        for lb in ("ecmp", "oblivious:paths=128", "reps:paths=128"):
+            for failed in (False, True):
+                acc = []
+                for sd in seeds:
+                    w = permutation(fab, 8_000_000, seed=sd)
+                    r = simulate_transport(fab, w, lb=lb, seed=sd, config=TransportConfig(cc="nscc"),
+                                           faults=[Fault("link-down", cable)] if failed else [])
+                    acc.append(_stats4(r.sim.fct_us()))
+                got = [round(float(x), 1) for x in np.mean(acc, axis=0)]
+                rows.append({"case": f"{label}, {lb}, {'one uplink down' if failed else 'healthy'}",
+                             "fabric": label, "lb": lb, "failed": failed, "seeds": seeds,
+                             "mean_p50_p99_max_us": got})
+                print(rows[-1], flush=True)
+    return rows
+
+
 def scaling_cases(hosts: list[int]) -> list[dict[str, object]]:
     rows = []
     for h in hosts:
@@ -435,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a subset (CI smoke run)")
     ap.add_argument("--scale", default="1024,4096", help="host counts for the scaling rows (comma separated)")
     ap.add_argument("--only", default="fixed,incast,perm,scale",
-                    help="which groups to run (also: nscc, nscc-heldout, eqds, eqds-heldout, reps)")
+                    help="which groups to run (also: nscc, nscc-heldout, eqds, eqds-heldout, reps, multiplane)")
     ap.add_argument("--htsim", type=Path, default=None,
                     help="htsim_uec binary (built outside the repository): run it side by side in eqds groups")
     ap.add_argument("--htsim-topologies", type=Path, default=None,
@@ -465,6 +498,8 @@ def main(argv: list[str] | None = None) -> int:
         out["eqds_heldout"] = eqds_heldout_cases(args.quick, htsim)
     if "reps" in groups:
         out["reps_degraded"] = reps_cases(args.quick)
+    if "multiplane" in groups:
+        out["multiplane"] = multiplane_cases(args.quick)
     if "scale" in groups:
         out["scaling"] = scaling_cases([int(x) for x in args.scale.split(",") if x])
     out["total_wall_s"] = round(time.perf_counter() - t0, 1)

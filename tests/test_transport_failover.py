@@ -168,3 +168,24 @@ def test_reps_rides_out_a_failure_without_waiting_for_routing() -> None:
     # reconvergence needed (the 300 us reconvergence comes after the recovery)
     assert r.recovery_us is not None and r.recovery_us < 100.0  # type: ignore[attr-defined]
     assert r.min_fraction > 0.8  # type: ignore[attr-defined]
+
+
+def test_reps_moves_flows_between_the_planes_of_their_nics() -> None:
+    from fabricscope.fabric.builders import multi_plane_fabric
+    from fabricscope.sim.faults import Fault
+    from fabricscope.sim.transport import simulate_transport
+
+    fab = multi_plane_fabric(16, planes=2, gpus_per_server=1, nic_gbps=200, radix=16)
+    leaf0 = fab.leaves_of_nic["host0000/nic0"][0]  # a plane-0 leaf
+    w = permutation(fab, 4e6, seed=1)
+    ups = [f"{lk.a}|{lk.b}" for lk in fab.links if lk.a.startswith(leaf0 + ":") and "spine" in lk.b]
+    slow = [Fault("link-degraded", u, params={"factor": 0.25}) for u in ups]
+    cfg = TransportConfig(cc="nscc")
+    obl = simulate_transport(fab, w, config=cfg, lb="oblivious:paths=32", faults=slow, seed=1)
+    reps = simulate_transport(fab, w, config=cfg, lb="reps:paths=32", faults=slow, seed=1)
+    edges = [fab.edge_index(u.replace("|", "->")) for u in ups]
+    on_slow = [float(r.stats.served_bytes[edges].sum()) for r in (obl, reps)]
+    # the flows of that leaf move bytes to their NICs' other plane: fewer on the slow links,
+    # and the slowest flow ends sooner
+    assert on_slow[1] < 0.9 * on_slow[0]
+    assert np.nanmax(reps.sim.fct_ns) < 0.7 * np.nanmax(obl.sim.fct_ns)

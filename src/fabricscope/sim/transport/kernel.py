@@ -81,8 +81,9 @@ def _reps(f, fptr, lo_idx, s_edge, s_in, s_w, s_last, ch_ptr, ch_idx, ch_frac, p
     entropies. At every split of the flow, with ``x_k`` the share of next hop ``k`` and ``q_k``
     the probability that a packet sent that way is marked or lost (its subtree, bottom-up):
     ``x_k <- x_k (1 - q_k) + (1 - U) / n``, ``U = sum x_k (1 - q_k)``, the random part spread
-    over the ``n`` next hops that are not down (REPS freezes exploration of failed ones). Then
-    the flow's segment weights follow, top-down."""
+    over the ``n`` next hops that are not down (REPS freezes exploration of failed ones); the
+    sender's split over its NIC's ports (planes) too. Then the flow's segment weights follow,
+    top-down."""
     a, b = fptr[f], fptr[f + 1]
     for i in range(b - 1, a - 1, -1):  # bottom-up: mark-or-loss probability of each subtree
         s = lo_idx[i]
@@ -107,6 +108,26 @@ def _reps(f, fptr, lo_idx, s_edge, s_in, s_w, s_last, ch_ptr, ch_idx, ch_frac, p
         rq[s] = 1.0 - (1.0 - pe[e]) * (1.0 - (sub / tot if tot > 0.0 else 1.0))
         rdead[s] = not alive
     changed = False
+    # the sender's own split over its NIC's ports (planes of a multi-plane fabric): the
+    # weights of its first segments, by the same law
+    tot_w = 0.0
+    u = 0.0
+    n_roots = 0
+    n_alive = 0
+    for i in range(a, b):
+        s = lo_idx[i]
+        if s_in[s] < 0:
+            n_roots += 1
+            tot_w += s_w[s]
+            u += s_w[s] * (1.0 - rq[s])
+            if not rdead[s]:
+                n_alive += 1
+    if n_roots >= 2 and n_alive > 0 and u < tot_w * (1.0 - 1e-12):
+        for i in range(a, b):
+            s = lo_idx[i]
+            if s_in[s] < 0:
+                s_w[s] = s_w[s] * (1.0 - rq[s]) + ((tot_w - u) / n_alive if not rdead[s] else 0.0)
+        changed = True
     for i in range(a, b):
         s = lo_idx[i]
         k0, k1 = ch_ptr[s], ch_ptr[s + 1]
