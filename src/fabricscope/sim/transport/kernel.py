@@ -455,34 +455,20 @@ def advance(  # type: ignore[no-untyped-def]
             if qe[e] <= 0.0:
                 wd_cnt[e] = 0
                 continue
-            if e_down[e]:  # down: what it held is lost
-                tot = 0.0
-                for s in range(eptr[e], eptr[e + 1]):
-                    x = q[s]
-                    if x <= 0.0:
-                        continue
-                    q[s] = 0.0
-                    _silent_loss(s_flow[s], x, t, lossy_cc, rto, lost, nst)
-                    if s_in[s] >= 0:
-                        ing[s_in[s]] -= x
-                        if cbfc:
-                            crq[(step + e_delay[s_in[s]]) % L, s_in[s]] += x
-                    tot += x
-                qe[e] = 0.0
-                st_drop[e] += tot
-                if e_src_sw[e]:
-                    used[e_src[e]] -= tot
-                continue
             stormed = step < storm_until[e]
             paused = pr[slot, e] != 0 and not stormed
-            if stormed and not wd_forward:  # watchdog "drop": flush the queue
+            down = e_down[e] != 0
+            if down or (stormed and not wd_forward):  # link down, or watchdog "drop": flush the queue
                 tot = 0.0
                 for s in range(eptr[e], eptr[e + 1]):
                     x = q[s]
                     if x <= 0.0:
                         continue
                     q[s] = 0.0
-                    lost[s_flow[s]] += x
+                    if down:  # nobody tells the sender: its timeout will
+                        _silent_loss(s_flow[s], x, t, lossy_cc, rto, lost, nst)
+                    else:
+                        lost[s_flow[s]] += x
                     if s_in[s] >= 0:
                         ing[s_in[s]] -= x
                         if cbfc:
