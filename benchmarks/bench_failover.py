@@ -70,7 +70,7 @@ def _table(rows: list[dict[str, object]]) -> str:
         lines.append(f"| {r['case']} | {r['seed']} | {r['scheme']} | {r['n_affected']} | {float(r['min_fraction']):.0%} | "  # type: ignore[arg-type]
                      f"{float(r['end_fraction']):.0%} | "  # type: ignore[arg-type]
                      f"{', '.join(f'{x:g}' for x in r['reroute_us'])} | "  # type: ignore[attr-defined]
-                     f"{'not by the end' if rec is None else rec} | {r['wall_s']} |")
+                     f"{'not by the end' if rec is None else 'never below' if rec == 0 else rec} | {r['wall_s']} |")
     return "\n".join(lines)
 
 

@@ -71,6 +71,10 @@ def test_cc_eqds_runs_receiver_credits_with_and_without_trimming(
     code, out, err = run_main(capsys, monkeypatch, "sim", *_SMALL, "--cc", "eqds", "--no-trim")
     assert code == 0, err
     assert "trimming off" in next(ln for ln in out.splitlines() if ln.startswith("transport"))
+    # --llr with no corrupting link says that it changes nothing
+    code, out, err = run_main(capsys, monkeypatch, "sim", *_SMALL, "--cc", "nscc", "--llr")
+    assert code == 0, err
+    assert "note: --llr: no link corrupts frames" in err
 
 
 @pytest.mark.parametrize(

@@ -61,6 +61,21 @@ def test_cbfc_is_lossless_without_pause_frames_and_holds_queues_to_the_credit() 
     assert cb.stats.max_queue_bytes.max() < 0.05 * pfc.stats.max_queue_bytes.max()
 
 
+def test_cbfc_is_lossless_on_a_three_tier_fat_tree_too() -> None:
+    from fabricscope.fabric.builders import fat_tree_fabric
+
+    ft = fat_tree_fabric(k=4)
+    nics = [n.id for n in ft.nics]
+    w = Workload("incast", tuple(FlowSpec(i, nics[i + 4], nics[0], 5e5) for i in range(12)))  # other pods
+    r = simulate_transport(ft, w, config=TransportConfig(cc="dcqcn", link=LinkLayerConfig(cbfc=True)))
+    line = 12 * 5e5 / _LINK
+    assert r.unfinished == 0 and r.stats.drop_bytes.sum() == 0.0 and r.stats.pause_frames.sum() == 0
+    assert line < np.nanmax(r.sim.fct_ns) < 1.1 * line
+    credit = 2 * _LINK * 1000 + 4 * 4096
+    # a switch egress holds at most what its ingress ports were credited (k/2 + k/2 ports)
+    assert r.stats.max_queue_bytes.max() <= 4 * credit * (1 + 1e-6)
+
+
 def test_cbfc_backs_pressure_up_to_the_senders_hop_by_hop() -> None:
     # a smaller credit still keeps every link lossless and busy enough for the incast
     w = _incast(8)

@@ -213,6 +213,8 @@ def register(app: typer.Typer) -> None:
         if transport is None and any(f.kind == "gray-loss" for f in prep.faults):
             raise ConfigError("gray-loss (--corrupt): frame corruption is modelled by the transport engine only; "
                               "give a transport --cc (dcqcn, hpcc, nscc or eqds)")
+        if llr and not any(f.kind == "gray-loss" for f in prep.faults):
+            errc.print("note: --llr: no link corrupts frames in this run (give --corrupt LINK=LOSS), so it changes nothing")
         if out is not None:
             _output_folder(out)
         if tune_ecn:

@@ -45,7 +45,7 @@ from fabricscope.fabric.routing import ROCE_PORT, Routing
 from fabricscope.model.errors import ConfigError
 from fabricscope.model.records import FiveTuple
 
-Scheme = Literal["ecmp", "random", "spray", "flowlet", "dlb", "stripe", "oblivious"]
+Scheme = Literal["ecmp", "random", "spray", "flowlet", "dlb", "stripe", "oblivious", "reps"]
 SCHEMES: tuple[Scheme, ...] = ("ecmp", "random", "spray", "flowlet", "dlb", "stripe")
 DYNAMIC_SCHEMES: frozenset[str] = frozenset({"flowlet", "dlb"})
 PARAMETRIC_SCHEMES: tuple[str, ...] = ("oblivious:paths=N", "reps[:paths=N]")

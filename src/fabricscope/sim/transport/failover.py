@@ -59,7 +59,7 @@ class FailoverRun:
     pre_total_gbps: float
     n_affected: int
     reroute_us: tuple[float, ...]
-    recovery_us: float | None  # None: not back at the threshold by the end of the run
+    recovery_us: float | None  # None: not back at the threshold by the end; 0.0: never fell below it
     min_fraction: float  # lowest affected goodput after the failure / before
     end_fraction: float  # the same over the last tenth of the run: what the fabric has left
 

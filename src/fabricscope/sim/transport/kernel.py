@@ -20,6 +20,7 @@ import numpy as np
 
 from fabricscope.sim.transport.dcqcn import dcqcn_derivatives
 from fabricscope.sim.transport.eqds import pull, sender_credit
+from fabricscope.sim.transport.reroute import propagate_weights
 from fabricscope.sim.transport.nscc import (
     NP_HDR_CAP,
     NP_MTU,
@@ -146,14 +147,7 @@ def _reps(f, fptr, lo_idx, s_edge, s_in, s_w, s_last, ch_ptr, ch_idx, ch_frac, p
             ch_frac[m] = ch_frac[m] * (1.0 - rq[c]) + ((1.0 - u) / n_alive if not rdead[c] else 0.0)
         changed = True
     if changed:
-        for i in range(a, b):
-            s = lo_idx[i]
-            if s_in[s] >= 0:
-                s_w[s] = 0.0
-        for i in range(a, b):
-            s = lo_idx[i]
-            for m in range(ch_ptr[s], ch_ptr[s + 1]):
-                s_w[ch_idx[m]] += s_w[s] * ch_frac[m]
+        propagate_weights(lo_idx, a, b, s_in, s_w, ch_ptr, ch_idx, ch_frac)
 
 
 @numba.njit(cache=True)

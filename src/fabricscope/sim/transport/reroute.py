@@ -111,12 +111,15 @@ def _move(s_flow, s_last, ch_ptr, ch_idx, ch_frac, dead, flow_mask, pick, salt):
 
 
 @numba.njit(cache=True)
-def _weights(s_in, s_w, ch_ptr, ch_idx, ch_frac, order):  # type: ignore[no-untyped-def]
-    for i in range(order.shape[0]):
+def propagate_weights(order, lo, hi, s_in, s_w, ch_ptr, ch_idx, ch_frac):  # type: ignore[no-untyped-def]
+    """Recompute the weights of the segments ``order[lo:hi]`` (parents before children) from
+    their senders' segments (``s_in < 0``, kept) down through ``ch_frac``. Used for all
+    segments after a re-route and for one flow's after a REPS round."""
+    for i in range(lo, hi):
         s = order[i]
         if s_in[s] >= 0:
             s_w[s] = 0.0
-    for i in range(order.shape[0]):
+    for i in range(lo, hi):
         s = order[i]
         for m in range(ch_ptr[s], ch_ptr[s + 1]):
             s_w[ch_idx[m]] += s_w[s] * ch_frac[m]
@@ -132,5 +135,5 @@ def reroute(
     dead = _dead(s_edge, s_last, ch_ptr, ch_idx, ch_frac, e_down, local)
     moved = int(_move(s_flow, s_last, ch_ptr, ch_idx, ch_frac, dead, flow_mask, pick, np.int64(salt)))
     if moved:
-        _weights(s_in, s_w, ch_ptr, ch_idx, ch_frac, order)
+        propagate_weights(order, 0, order.shape[0], s_in, s_w, ch_ptr, ch_idx, ch_frac)
     return moved
