@@ -20,7 +20,6 @@ import numpy as np
 
 from fabricscope.sim.transport.dcqcn import dcqcn_derivatives
 from fabricscope.sim.transport.eqds import pull, sender_credit
-from fabricscope.sim.transport.reroute import propagate_weights
 from fabricscope.sim.transport.nscc import (
     NP_HDR_CAP,
     NP_MTU,
@@ -34,6 +33,7 @@ from fabricscope.sim.transport.nscc import (
     NS_W,
     nscc_update,
 )
+from fabricscope.sim.transport.reroute import propagate_weights
 
 # ip: integer parameters
 (IP_L, IP_LCC, IP_CC, IP_PFC, IP_WD_DETECT, IP_WD_RESTORE, IP_STEPS, IP_TRACE_EVERY, IP_WD_FORWARD,
