@@ -326,7 +326,7 @@ def test_load_200_subscribers_and_5_hostile_clients() -> None:
         assert child.stdout is not None and child.stdin is not None
         hello = json.loads(child.stdout.readline())
         port, targets = hello["port"], hello["targets"]
-        gaps, hostile_codes = asyncio.run(_load(port, targets, interval, run_s))
+        gaps, per_sub, hostile_codes = asyncio.run(_load(port, targets, interval, run_s))
         child.stdin.write("\n")
         child.stdin.flush()
         st = json.loads(child.stdout.readline())
@@ -338,8 +338,11 @@ def test_load_200_subscribers_and_5_hostile_clients() -> None:
     p99 = gaps[int(0.99 * (len(gaps) - 1))]
     print(f"\nload: {len(gaps)} gaps, p50 {gaps[len(gaps) // 2]:.3f} s, p99 {p99:.3f} s, max {gaps[-1]:.3f} s; "
           f"target rss {st['rss0_kb'] / 1024:.0f} -> {st['rss_kb'] / 1024:.0f} MB; {st}; hostile codes {collections.Counter(hostile_codes)}")
-    # 200 subscribers x (run_s - 2 s warm-up) / 1 s gaps: enough samples for a p99
-    assert len(gaps) >= 200 * (run_s - 4), len(gaps)
+    # every subscriber streamed after the warm-up, and the pooled sample holds >= 1,000 gaps, so that
+    # ~10 of them lie above the p99 it is judged by. A count tied to the wall clock (200 x (run_s - 4))
+    # failed once under CI load with a healthy p99 (1.45 s): the subscribers' own process started late.
+    assert len(per_sub) == 200 and min(per_sub.values()) >= 2, sorted(per_sub.values())[:5]
+    assert len(gaps) >= 1000, len(gaps)
     assert p99 <= 2 * interval, (p99, gaps[-10:])
     assert st["cache_entries"] <= limits["match_cache_entries"] and st["cache_bytes"] <= limits["match_cache_bytes"]
     assert st["evictions"] > 0  # the hostile huge-path client did push against the cache cap
@@ -349,9 +352,11 @@ def test_load_200_subscribers_and_5_hostile_clients() -> None:
     assert st["max_message_bytes"] <= limits["updates_per_message"] * 300
 
 
-async def _load(port: int, targets: list[str], interval: float, run_s: float) -> tuple[list[float], list[str]]:
+async def _load(port: int, targets: list[str], interval: float,
+                run_s: float) -> tuple[list[float], dict[int, int], list[str]]:
     loop = asyncio.get_running_loop()
     gaps: list[float] = []
+    per_sub: dict[int, int] = {}
     codes: list[str] = []
     stop = loop.time() + run_s
     warm = loop.time() + 2.0
@@ -371,6 +376,7 @@ async def _load(port: int, targets: list[str], interval: float, run_s: float) ->
                 now = loop.time()
                 if last is not None and now > warm:
                     gaps.append(now - last)
+                    per_sub[k] = per_sub.get(k, 0) + 1
                 last = now
         except TimeoutError:
             pass
@@ -420,4 +426,4 @@ async def _load(port: int, targets: list[str], interval: float, run_s: float) ->
     finally:
         for ch in chans:
             await ch.close()
-    return gaps, codes
+    return gaps, per_sub, codes
