@@ -286,3 +286,16 @@ def test_collector_tells_its_detectors_when_sampling_suppresses_redundant_values
     assert f.details["pause_per_s"] == pytest.approx(2e5)
     (g,) = col().detectors(evs)  # every sample sent: the 40 s gap is real
     assert g.details["pause_per_s"] == pytest.approx(5e4)
+
+
+def test_per_queue_counters_of_one_port_are_separate_series() -> None:
+    """A port reports ECN marks per queue: an idle queue 0 beside a marking queue 3 must not
+    read as a counter reset of queue 3 at every sample (it did: no ECN rate was ever seen)."""
+    name = "/fabricscope/qos/interfaces/interface/queues/queue/state/ecn-marked-pkts"
+    det = MicroBurstDetector(ecn_rate=500.0)
+    found: list[Finding] = []
+    for s in range(4):
+        found += det([TelemetryEvent(name, s * NS, "leaf-1", {"interface_interface-id": "eth1", "queue_name": q}, v)
+                      for q, v in (("0", 0), ("3", 2000 * s))])
+    assert [(f.kind, f.subject) for f in found] == [("micro-burst", "leaf-1:eth1")]
+    assert found[0].details["ecn_marks_per_s"] == 2000.0

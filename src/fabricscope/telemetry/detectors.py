@@ -83,13 +83,21 @@ class _Episode:
     escalated: bool = False
 
 
+def _series(e: TelemetryEvent, subject: str) -> tuple[object, ...]:
+    """One counter series: the target, port and leaf, and every other key of the path (a port
+    reports ``ecn-marked-pkts`` per queue and pause frames per priority: each is its own
+    counter, and mixing two would read every sample of one as a reset of the other)."""
+    t = e.tags
+    return (e.target, subject, e.name, tuple(sorted(t.items())) if len(t) > 1 else ())
+
+
 class _CounterState:
     """Per-series previous sample, for deltas and rates."""
 
     def __init__(self) -> None:
-        self._last: dict[tuple[str, str, str], tuple[int, float]] = {}
+        self._last: dict[tuple[object, ...], tuple[int, float]] = {}
 
-    def delta(self, key: tuple[str, str, str], ts: int, v: float) -> tuple[float, int] | None:
+    def delta(self, key: tuple[object, ...], ts: int, v: float) -> tuple[float, int] | None:
         prev = self._last.get(key)
         self._last[key] = (ts, v)
         if prev is None or ts <= prev[0]:
@@ -162,7 +170,7 @@ class MicroBurstDetector(_EpisodeDetector):
                 f = self._evidence(subject, e.ts_ns, v, f"watermark {v:.0f} B >= {self.watermark_bytes:.0f} B",
                                    {"watermark_bytes": v}, min(1.0, 0.5 + 0.5 * v / (4 * self.watermark_bytes)))
             else:
-                d = self._ctr.delta((e.target, subject, e.name), e.ts_ns, v)
+                d = self._ctr.delta(_series(e, subject), e.ts_ns, v)
                 if d is None:
                     continue
                 rate = d[0] * 1e9 / d[1]
@@ -221,7 +229,7 @@ class _CounterDetector(_EpisodeDetector):
             if v is None:
                 continue
             subject = port_of(e)
-            d = self._ctr.delta((e.target, subject, e.name), e.ts_ns, v)
+            d = self._ctr.delta(_series(e, subject), e.ts_ns, v)
             if d is None:
                 continue
             dt = d[1] if self.max_dt_ns is None else min(d[1], self.max_dt_ns)
@@ -297,7 +305,7 @@ class FlapDetector(_EpisodeDetector):
                                            "rerouted", {"from": prev, "to": str(e.value)}))
             elif leaf == "carrier-transitions":
                 v = _num(e.value)
-                d = self._ctr.delta((e.target, subject, e.name), e.ts_ns, v) if v is not None else None
+                d = self._ctr.delta(_series(e, subject), e.ts_ns, v) if v is not None else None
                 if d is not None:
                     n_new = int(d[0])
             else:
@@ -322,17 +330,38 @@ class FlapDetector(_EpisodeDetector):
 
 
 class PauseStormDetector(_CounterDetector):
-    """PFC pause frames at a rate >= ``rate`` frames/s on a port (sent or received)."""
+    """PFC pause frames at a rate >= ``rate`` frames/s on a port (sent or received), or a port
+    whose egress was held by received pauses for >= ``paused_fraction`` of the interval.
+
+    The second rule reads the pause duration a switch counts per priority (SAI's
+    ``PFC_n_RX_PAUSE_DURATION_US``; ``in-pause-duration-us`` here): a receiver that holds XOFF
+    refreshes it only about every half of the longest pause (65,535 quanta of 512 bit times:
+    ~6,000 frames/s at 100 Gb/s), so a storm at a low speed can stay under a frame-rate
+    threshold while its port is paused nearly all the time. It is the condition the PFC
+    watchdog acts on (a queue paused without draining)."""
 
     kind = "pause-storm"
     action = "PFC storm: find the port sending pauses (stuck NIC / receiver), enable the PFC watchdog"
-    COUNTERS = frozenset({"in-mac-pause-frames", "out-mac-pause-frames", "in-pause-frames", "out-pause-frames"})
+    COUNTERS = frozenset({"in-mac-pause-frames", "out-mac-pause-frames", "in-pause-frames", "out-pause-frames",
+                          "in-pause-duration-us"})
 
-    def __init__(self, *, rate: float = 10_000.0, quiet_ns: int = 10_000_000_000) -> None:
+    def __init__(self, *, rate: float = 10_000.0, paused_fraction: float = 0.5,
+                 quiet_ns: int = 10_000_000_000) -> None:
         super().__init__(quiet_ns=quiet_ns)
+        if not 0.0 < paused_fraction <= 1.0:
+            raise ConfigError(f"detectors.pause-storm: paused-fraction: must be in (0, 1], got {paused_fraction!r}")
         self.rate = rate
+        self.paused_fraction = paused_fraction
 
     def _judge(self, leaf: str, subject: str, ts: int, delta: float, dt: int) -> Finding | None:
+        if leaf == "in-pause-duration-us":
+            frac = delta * 1e3 / dt
+            if frac < self.paused_fraction:
+                return None
+            return self._evidence(subject, ts, frac, f"{subject} paused {100 * min(frac, 1.0):.0f} % of the time "
+                                  "by the pauses it receives", {"paused_fraction": round(min(frac, 1.0), 4),
+                                                               "direction": "receives"},
+                                  min(1.0, 0.6 + 0.4 * min(frac, 1.0)))
         r = delta * 1e9 / dt
         if r < self.rate:
             return None
