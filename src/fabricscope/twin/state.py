@@ -59,6 +59,12 @@ from fabricscope.twin.optics_physics import (
     mode_code,
     receiver_ber,
 )
+from fabricscope.twin.transport_replay import (
+    EpisodeCounters,
+    TransportEpisode,
+    depth_at,
+    episode_counters,
+)
 
 F64 = npt.NDArray[np.float64]
 _ENABLED = re.compile(r"/interfaces/interface\[name=([^\]/]+)\]/config/enabled")
@@ -74,7 +80,7 @@ _LINK_KINDS = frozenset({"link-degraded", "gray-loss", "congestion", "link-flap"
 EDGE_COUNTERS: tuple[str, ...] = (
     "out_octets", "out_pkts", "out_discards", "out_errors", "ecn_marked", "trimmed",
     "in_octets", "in_pkts", "in_errors", "in_fcs", "in_discards",
-    "out_pause", "in_pause", "carrier",
+    "out_pause", "in_pause", "carrier", "in_pause_us", "llr_retried",
 )
 # Points per step at which a degrading optic's frame loss is sampled (midpoint rule): the loss
 # grows with time, steeply near the FEC cliff, so a coarse step must not use one end point.
@@ -231,6 +237,7 @@ class Twin:
         self._drain = np.zeros(m)  # fraction of the offered load routed away (cost-out: 1)
         # egress links of ports set administratively down (gNMI Set of config/enabled)
         self._admin_down = np.zeros(m, dtype=bool)
+        self._episodes: list[tuple[TransportEpisode, EpisodeCounters]] = []
         self._check_faults(self.faults)
 
     # ------------------------------------------------------------------ inputs
@@ -254,6 +261,16 @@ class Twin:
                 f"Twin.set_utilization: expected {self._ix.n_edges} directed links, got shape {u.shape}"
             )
         self.set_load(np.clip(u, 0.0, None) * self._cap)
+
+    def add_transport(self, episode: TransportEpisode) -> None:
+        """Play a transport engine run into the counters from ``episode.start_ns`` on (see
+        :mod:`fabricscope.twin.transport_replay`): marks, drops, trims, pause frames and
+        duration, link-level retries, watermarks and traffic follow the engine's physics.
+        A run on another fabric is refused (ConfigError)."""
+        ix = self._ix
+        ids = tuple(ix.edge_id(e) for e in range(ix.n_edges))
+        self._episodes.append((episode, episode_counters(episode, ids, self.cfg.mtu_bytes,
+                                                         speed_bps=self._cap * 8.0)))
 
     def set_faults(self, faults: FaultSchedule) -> None:
         """Replace the scenario from now on (e.g. inject once a collector is listening)."""
@@ -498,6 +515,8 @@ class Twin:
         ) + (burst_depth > cfg.kmax_bytes) * (1 - cfg.pmax)
         burst_marks = self._cap * burst_time / cfg.mtu_bytes * p_burst * 0.5
         c["ecn_marked"] += marks + bg_marks + burst_marks
+        for ep, inc in self._episodes:
+            self._play(ep, inc, t0, t1)
         # flaps
         c["carrier"] += transitions
         self._up[:] = True
@@ -512,6 +531,8 @@ class Twin:
             eg = self._egress_of_port[rows]  # subject -> peer
             c["out_pause"][eg] += pause_tx_rate[rows] * dt
             c["in_pause"][eg] += pause_tx_rate[rows] * dt
+            # the peer's egress (toward the storming port) held for the paused share of the step
+            c["in_pause_us"][eg] += paused_frac[self._ingress_of_port[rows]] * dt * 1e6
         # optics
         for k, base in self._optic_base.items():
             cur = self._optics[k]
@@ -539,6 +560,30 @@ class Twin:
         jitter = self.rng.normal(0.0, 0.02, self._optics["rx_power_dbm"].shape)
         self._optics["rx_power_dbm"] += jitter
         self._optics["temperature_c"] += jitter * 5
+
+    def _play(self, ep: TransportEpisode, inc: EpisodeCounters, t0: int, t1: int) -> None:
+        """Add the occurrences of ``ep`` that start in ``[t0, t1)``; the queue depth at ``t1``
+        follows its trace when ``t1`` falls inside one."""
+        c = self._c
+        k = ep.starts_in(t0, t1)
+        if k:
+            served = k * inc.served_bytes
+            c["out_octets"] += served
+            c["in_octets"] += served
+            c["out_pkts"] += served / self.cfg.mtu_bytes
+            c["in_pkts"] += served / self.cfg.mtu_bytes
+            c["ecn_marked"] += k * inc.marked
+            c["out_discards"] += k * inc.dropped_pkts
+            c["trimmed"] += k * inc.trimmed_pkts
+            c["out_pause"] += k * inc.pause_frames_rev
+            c["in_pause"] += k * inc.pause_frames_rev
+            c["in_pause_us"] += k * inc.paused_us_rev
+            c["llr_retried"] += k * inc.llr_retried
+            np.maximum(self._wm_cur, np.minimum(inc.max_queue_bytes, self.cfg.buffer_bytes), out=self._wm_cur)
+        off = ep.offset_at(t1)
+        if off is not None:
+            edges, depth = depth_at(ep, off, self._ix.n_edges)
+            self._depth[edges] = np.maximum(self._depth[edges], depth)
 
     def _optic_deltas(self, faults: Sequence[Fault], t: Sequence[int], *, at_end: bool = False
                       ) -> dict[int, EndDelta]:
@@ -688,6 +733,9 @@ class Twin:
             pfc = f"/fabricscope/interfaces/interface[name={name}]/pfc/priority[id=3]/state"
             yield TwinLeaf(f"{pfc}/in-pause-frames", "in_pause", ing)
             yield TwinLeaf(f"{pfc}/out-pause-frames", "out_pause", eg)
+            yield TwinLeaf(f"{pfc}/in-pause-duration-us", "in_pause_us", ing)
+            yield TwinLeaf(f"/fabricscope/interfaces/interface[name={name}]/llr/state/retried-frames",
+                           "llr_retried", eg)
             comp = f"/components/component[name={name}]"
             yield TwinLeaf(f"{comp}/state/temperature/instant", "temperature_c", row, 0)
             yield TwinLeaf(f"{comp}/transceiver/state/supply-voltage/instant", "vcc_v", row, 0)
