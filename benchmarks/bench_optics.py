@@ -154,6 +154,76 @@ def _truth_fail(fleet: Fleet) -> tuple[np.ndarray, np.ndarray]:
     return fail, mode
 
 
+CEILING_PROGRESS = (0.05, 0.2)
+
+
+def _progress_at(t_ns: int, truth: Any, start_ns: int) -> float:
+    """How far a failing module's degradation has gone at ``t_ns`` (0 at the onset, 1 at the
+    failure), as the generator draws it: ((t - onset) / lead) ** shape, or for a connector that
+    fails in steps the share of its steps already taken (at least 1 / steps after the first)."""
+    on, fail = truth.onset_ts_ns, truth.failure_ts_ns
+    if t_ns < on:
+        return 0.0
+    p = truth.params
+    if "first_step_s" in p:
+        first = start_ns + round(p["first_step_s"] * 1e9)
+        return 0.0 if t_ns < first else 1.0 / p["steps"]
+    return float(((t_ns - on) / max(fail - on, 1)) ** p.get("shape", 1.0))
+
+
+def _ceiling(fleet: Fleet, times: list[int], flags: np.ndarray, fail: np.ndarray,
+             evaluated: np.ndarray) -> dict[str, Any]:
+    """What recall the protocol allows at all (sudden deaths excluded), beside the model's.
+
+    Of the positives ``episode_scores`` counts (an evaluated time in [T - 7 d, T - 1 d]):
+    ``reachable``, those with such a time at or after the onset of their degradation (an
+    oracle that knew every onset could flag no more); ``progress>=X``, those whose degradation
+    has gone at least X of the way to the failure (:func:`_progress_at`) by the last such time.
+    ``f1_max`` is 2r / (1 + r) for that recall r at perfect precision. Uses the generator's
+    truth: a bound on the benchmark, never an input to the model."""
+    idx = fleet.history.modules.index()
+    tt = np.asarray(times, dtype=np.int64)
+    sets: dict[str, list[int]] = {"positives": [0, 0], "reachable": [0, 0]}
+    for x in CEILING_PROGRESS:
+        sets[f"progress>={x:g}"] = [0, 0]
+    for tr in fleet.truth:
+        if tr.mode in ("healthy", "sudden-death") or tr.failure_ts_ns is None:
+            continue
+        m = idx[(tr.device, tr.port)]
+        T = int(fail[m])
+        win = (tt >= T - 7 * DAY_NS) & (tt <= T - DAY_NS) & evaluated[:, m]
+        if not win.any():
+            continue
+        hit = int((flags[:, m] & win).any())
+        member = ["positives"]
+        after = tt[win & (tt >= int(tr.onset_ts_ns))]
+        if after.size:
+            member.append("reachable")
+            prog = _progress_at(int(after.max()), tr, fleet.config.start_ts_ns)
+            member += [f"progress>={x:g}" for x in CEILING_PROGRESS if prog >= x]
+        for k in member:
+            sets[k][0] += 1
+            sets[k][1] += hit
+    return {k: {"modules": n, "model_hits": h} for k, (n, h) in sets.items()}
+
+
+def _pool_ceiling(results: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """Pooled ceiling rows: share of the positives, F1 at perfect precision, model recall
+    within the set."""
+    parts = [res[key] for res in results if key in res]
+    names = list(parts[0]) if parts else []
+    pos = sum(p["positives"]["modules"] for p in parts)
+    out = {}
+    for k in names:
+        n = sum(p[k]["modules"] for p in parts)
+        h = sum(p[k]["model_hits"] for p in parts)
+        r = n / pos if pos else float("nan")
+        out[k] = {"modules": n, "share_of_positives": round(r, 4),
+                  "f1_max": round(2 * r / (1 + r), 4) if pos else float("nan"),
+                  "model_hits": h, "model_recall_in_set": round(h / n, 4) if n else float("nan")}
+    return out
+
+
 def accuracy_fleet(seed: int, cfg: FleetConfig, model: Model, every_h: int = 24,
                    pairs: bool = True) -> dict[str, Any]:
     """Score the three methods on one fleet under the daily protocol (00:00 UTC) and, with
@@ -199,6 +269,8 @@ def accuracy_fleet(seed: int, cfg: FleetConfig, model: Model, every_h: int = 24,
     t_eval = time.perf_counter() - t1
     no_sd = mode != "sudden-death"
     out_fast: dict[str, Any] = {}
+    ceiling_fast = (_ceiling(fleet, times, flags["model"], fail, evaluated)
+                    if every_h < 24 else None)
     if every_h < 24:
         for m in METHODS:
             s_all = episode_scores(times, flags[m], fail, evaluated=evaluated)
@@ -226,9 +298,11 @@ def accuracy_fleet(seed: int, cfg: FleetConfig, model: Model, every_h: int = 24,
         s = episode_scores(times, flags["model"], fail, evaluated=evaluated, include=sel)
         per_mode[md] = [s.tp, s.tp + s.fn]
     out["model_recall_by_mode"] = per_mode
+    out["ceiling"] = _ceiling(fleet, times, flags["model"], fail, evaluated)
     if out_fast:
         out["every_h"] = every_h
         out["methods_every_h"] = out_fast
+        out["ceiling_every_h"] = ceiling_fast
     out["_debug"] = (times, flags["model"], fail, mode, evaluated)
     positives = out["methods"]["model"]["_all"].tp + out["methods"]["model"]["_all"].fn
     positives_ex = out["methods"]["model"]["_ex"].tp + out["methods"]["model"]["_ex"].fn
@@ -382,6 +456,17 @@ def run_accuracy(fleets: list[tuple[int, FleetConfig, str]], model: Model, every
     pooled = _print_table("pooled, daily at 00:00  ", results, "methods")
     pooled_fast = (_print_table(f"pooled, every {every_h} h     ", results, "methods_every_h")
                    if every_h < 24 else None)
+    ceilings = {}
+    for key, label in (("ceiling", "daily at 00:00"), ("ceiling_every_h", f"every {every_h} h")):
+        pooled_c = _pool_ceiling(results, key)
+        if not pooled_c:
+            continue
+        ceilings[key] = pooled_c
+        print(f"\nwhat the protocol allows ({label}; sudden deaths excluded; from the truth):")
+        print("  set                modules  share  F1 at precision 1  model recall in set")
+        for k, row in pooled_c.items():
+            print(f"  {k:17s} {row['modules']:8d}  {row['share_of_positives']:5.3f}  "
+                  f"{row['f1_max']:17.3f}  {row['model_recall_in_set']:8.3f}")
     calib = _calibration_table(results)
     print("\ncalibration (daily examples, label: fails within 7 days):")
     for row in calib:
@@ -395,6 +480,7 @@ def run_accuracy(fleets: list[tuple[int, FleetConfig, str]], model: Model, every
                 res[key][meth].pop("_ex")
     return {"fleets": results, "pooled": pooled, "pooled_every_h": pooled_fast,
             "every_h": every_h, "calibration": calib, "anchors": ANCHORS,
+            "ceiling": ceilings,
             "pair_attribution": pairs,
             "model": {"threshold": model.threshold, "features": len(model.feature_names),
                       "trained_on_seeds": [f["seed"] for f in

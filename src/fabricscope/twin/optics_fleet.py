@@ -817,6 +817,7 @@ def _plan(cfg: FleetConfig, seed: int) -> _Plan:
                 st = np.sort(rng.uniform(onset[m], onset[m] + 0.8 * (tf - onset[m]), ns - 1))
                 steps[m, : ns - 1] = st
                 steps[m, ns - 1] = tf
+                p.update(steps=float(ns), first_step_s=float(st[0]))
             crit[m] = ("rx_power_dbm<low_alarm"
                        if th_true["rx_power_dbm_low_alarm"][m] - rx_cal[m] >= psens[m, worst]
                        else "pre_fec_ber>limit")
