@@ -7,8 +7,13 @@ see the engine, name the ports the physics congested or paused, and no others.
 
 from __future__ import annotations
 
+import signal
+import socket
+import subprocess
+import sys
 from collections.abc import Sequence
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -198,3 +203,85 @@ def _findings_with(det: PauseStormDetector, tw: Twin, clock: SimClock) -> list[F
     for b in _sample(tw, clock, 3):
         out += det(b)
     return out
+
+
+# ------------------------------------------------------------------ --transport lines and the CLI
+def test_transport_lines_build_the_runs_they_name() -> None:
+    from fabricscope.service.twin_transport import describe, parse_transport
+
+    fab = _fabric()
+    ep = parse_transport("incast senders=12 size=1MB seed=1 start=2s every=100ms end=6s buffer=2MB", fab, t0_ns=NS)
+    assert (ep.start_ns, ep.every_ns, ep.until_ns) == (3 * NS, 100 * MS, 7 * NS)
+    assert ep.result.sim.workload_name == "incast-12to1" and ep.result.unfinished == 0
+    # the same run as the test's own: the line adds nothing of its own to the physics
+    np.testing.assert_array_equal(ep.result.stats.marked_packets, _incast().stats.marked_packets)
+    storm = parse_transport("stuck-nic nic=host0009/nic0 run=500us", fab)
+    assert storm.every_ns == 500_000 and storm.until_ns is None  # back to back, for good
+    assert "played from 0 s, every 0.5 ms" in describe(storm)
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    ("", "empty"),
+    ("elephant senders=2", "unknown pattern 'elephant'"),
+    ("incast senders", "expected key=value"),
+    ("incast depth=3", "unknown key 'depth' for incast"),
+    ("incast cc=bbr", "cc: 'bbr' is not one of"),
+    ("incast pfc=maybe", "pfc: expected on or off"),
+    ("incast senders=99", "senders: 99 is more than the 15 other NICs"),
+    ("incast receiver=host9999/nic0", "receiver: 'host9999/nic0' is not a NIC"),
+    ("incast size=-1MB", "size"),
+    ("incast every=10us", "every_ns"),  # shorter than one run
+    ("incast start=5s end=1s", "end: before start"),
+    ("stuck-nic run=0s", "run: must be > 0"),
+    ("incast buffer=1KB", "buffer"),  # smaller than one MTU
+])
+def test_bad_transport_lines_are_one_clear_error(line: str, says: str) -> None:
+    from fabricscope.service.twin_transport import parse_transport
+
+    with pytest.raises(ConfigError) as ei:
+        parse_transport(line, _fabric(), source="--transport 1")
+    msg = str(ei.value)
+    assert msg.startswith("--transport 1") and says in msg and "\n" not in msg, msg
+
+
+@pytest.mark.slow
+def test_serve_twin_transport_is_collected_and_detected_over_gnmi(tmp_path: Path) -> None:
+    """The real CLI: serve-twin plays an incast and a stuck NIC; the real collector, over gRPC,
+    finds the incast at the receiver's leaf port and the storm at the stuck NIC's."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    cli = [sys.executable, "-c", "from fabricscope.cli import main; main()"]
+    server = subprocess.Popen(
+        [*cli, "gnmi", "serve-twin", "--topo", "leaf-spine:leaves=2,hosts_per_leaf=8,spines=2",
+         "--address", f"127.0.0.1:{port}", "--duration", "40", "--utilization", "0.1",
+         "--transport", "incast senders=12 size=1MB seed=1 every=100ms",
+         "--transport", "stuck-nic nic=host0009/nic0 start=1s"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        assert f"127.0.0.1:{port}" in line, (line, server.stderr.read() if server.poll() is not None else "")
+        cfg = tmp_path / "collector.yaml"
+        cfg.write_text(f"""
+targets:
+  twin: {{address: "127.0.0.1:{port}", names: [leaf-000, leaf-001, spine-00, spine-01]}}
+subscriptions:
+  queues:
+    paths: ["/fabricscope/qos/interfaces/interface[interface-id=*]/queues/queue[name=*]/state",
+            "/fabricscope/interfaces/interface[name=*]/pfc/priority[id=3]/state"]
+    sample-interval: 500ms
+detectors: {{micro-burst: {{}}, pause-storm: {{}}}}
+sinks:
+  - {{type: jsonl, path: "{tmp_path / 'out.jsonl'}"}}
+""")
+        col = subprocess.run([*cli, "gnmi", "collect", "--config", str(cfg), "--duration", "5"],
+                             capture_output=True, text=True, timeout=90)
+        assert col.returncode == 0, col.stderr
+        found = {(ln.split()[0], ln.split()[1]) for ln in col.stdout.splitlines() if ln.split()[:1]
+                 and ln.split()[0] in ("micro-burst", "queue-buildup", "pause-storm")}
+        assert ("micro-burst", "leaf-000:eth1") in found, col.stdout
+        assert ("pause-storm", "leaf-001:eth2") in found, col.stdout
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=20)

@@ -13,7 +13,10 @@ _SERVE_HELP = """Serve a twin of a fabric over real gNMI: every switch is a targ
 The twin's counters follow a random-permutation background load; --fault injects faults
 ("KIND SUBJECT [start=5s] [end=6s] [param=value ...]", times relative to start-up; kinds as in
 docs/telemetry.md). --fault-file adds faults while it runs: edit the file, then send SIGHUP
-(kill -HUP PID). Binds 127.0.0.1 unless --address says otherwise; another address needs
+(kill -HUP PID). --transport runs the transport engine on the fabric at start-up (an incast
+repeated every batch, a stuck NIC's pause storm) and plays it into the counters, so marks,
+watermarks, drops and PFC pauses come from the physics (patterns and keys in
+docs/telemetry.md). Binds 127.0.0.1 unless --address says otherwise; another address needs
 --username (or --tls-client-ca) and --tls-cert, or --insecure. With --username, clients must
 send username/password metadata (password from --password-env, never on the command line);
 failed logins are logged and throttled. SIGINT/SIGTERM stop it within --shutdown-grace, print
@@ -26,6 +29,11 @@ Examples:
   fabricscope gnmi serve-twin --topo rail-optimized:servers=16 --address 127.0.0.1:9339 \\
       --fault "micro-burst leaf-p0-r0-00:eth3 start=10s end=10.005s depth_bytes=3e6" \\
       --fault "link-flap leaf-p0-r0-00:eth17|spine-p0-00:eth1 start=20s end=40s period_ns=2e9"
+
+  fabricscope gnmi serve-twin --topo leaf-spine:leaves=2,hosts_per_leaf=8,spines=2 \\
+      --address 127.0.0.1:0 --duration 5 \\
+      --transport "incast senders=12 size=1MB start=1s every=100ms" \\
+      --transport "stuck-nic start=3s end=4s"
 
   FABRICSCOPE_GNMI_PASSWORD=s3cret fabricscope gnmi serve-twin --inventory fabric.yaml \\
       --username admin --password-env FABRICSCOPE_GNMI_PASSWORD --tls-cert cert.pem --tls-key key.pem
@@ -180,6 +188,9 @@ def register(app: typer.Typer) -> None:
         fault: list[str] = typer.Option([], "--fault", help=_h('"KIND SUBJECT [start=..] [end=..] [k=v ...]" (repeatable).')),
         fault_file: Path | None = typer.Option(None, "--fault-file", help="File of fault lines, re-read on SIGHUP "
                                                "(inject faults while serving)."),
+        transport: list[str] = typer.Option([], "--transport", help=_h(
+            '"incast|stuck-nic [start=..] [every=..] [end=..] [k=v ...]" (repeatable): run the transport '
+            "engine on the fabric at start-up and play the run into the counters (docs/telemetry.md).")),
         username: str | None = typer.Option(None, "--username", help="Require this user name in metadata."),
         password_env: str | None = typer.Option(None, "--password-env", help="Environment variable holding the password."),
         tls_cert: Path | None = typer.Option(None, "--tls-cert", help="PEM certificate (enables TLS)."),
@@ -252,6 +263,14 @@ def register(app: typer.Typer) -> None:
         ff = FaultFile(fault_file) if fault_file is not None else None
         more = ff.load(t0) if ff is not None else []
         twin = twin_for(fab, faults=[*faults, *more], utilization=utilization, seed=seed, clock=clock)
+        if transport:
+            from fabricscope.service.twin_transport import describe, parse_transport
+
+            for i, line in enumerate(transport, 1):
+                typer.echo(f"transport {i}/{len(transport)}: simulating {line!r} ...", err=True)
+                ep = parse_transport(line, fab, t0_ns=t0, source=f"--transport {i}")
+                twin.add_transport(ep)
+                typer.echo(f"transport {i}/{len(transport)}: {describe(ep, t0)}", err=True)
 
         def ready(t: object) -> None:
             bound = getattr(t, "bound", address)
