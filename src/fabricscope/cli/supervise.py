@@ -38,6 +38,10 @@ def register(app: typer.Typer) -> None:
                                  help="inventory file or builder spec of the twin"),
         fault: list[str] = typer.Option([], "--fault",
                                         help="KIND:SUBJECT[@START[-END]][,KEY=VALUE...] (repeat)"),
+        transport: list[str] = typer.Option([], "--transport",
+                                            help='"incast|stuck-nic [start=..] [every=..] [end=..] '
+                                                 '[k=v ...]" (repeat): a transport engine run the '
+                                                 "twin plays into its counters (docs/telemetry.md)"),
         duration: str = typer.Option("3m", "--duration", help="simulated time to run (30s, 3m, 1h)"),
         tick: str = typer.Option("5s", "--tick", help="correlation interval (simulated)"),
         instruments: str = typer.Option("telemetry,probe,straggler,optics", "--instruments",
@@ -63,7 +67,7 @@ def register(app: typer.Typer) -> None:
             check_output_file(json_out, flag="--json")
         if db is not None:
             check_output_file(db, flag="--db")
-        doc = run_supervise(twin=twin, faults=fault, duration=duration, tick=tick,
+        doc = run_supervise(twin=twin, faults=fault, transport=transport, duration=duration, tick=tick,
                             instruments=instruments, kb_dirs=kb, seed=seed, db=db,
                             webhook=webhook, checks=checks, case_dirs=cases,
                             progress=lambda m: typer.echo(m, err=True))

@@ -26,6 +26,7 @@ from fabricscope.service.instruments.checks import TwinChecks
 from fabricscope.service.supervise_twin import (
     INSTRUMENTS,
     NS,
+    Injected,
     default_instruments,
     load_twin_fabric,
     parse_time_s,
@@ -77,6 +78,7 @@ def incident_line(inc: Incident) -> str:
 
 
 def run_supervise(*, twin: str, faults: Sequence[str], duration: str, tick: str,
+                  transport: Sequence[str] = (),
                   instruments: str, kb_dirs: Sequence[Path] = (), seed: int = 0,
                   db: Path | None = None, webhook: str | None = None,
                   progress: Callable[[str], None] | None = None,
@@ -103,6 +105,21 @@ def run_supervise(*, twin: str, faults: Sequence[str], duration: str, tick: str,
         if f.start_ns >= duration_s * NS:
             raise ConfigError(f"--fault {f.kind}:{f.subject}: starts at {f.start_ns / NS:.0f} s, "
                               f"after the end of the run ({duration_s:.0f} s)")
+    episodes, transport_truths = [], []
+    if transport:
+        from fabricscope.service.twin_transport import describe, parse_transport, transport_truth
+
+        for i, line in enumerate(transport, 1):
+            if progress is not None:
+                progress(f"transport {i}/{len(transport)}: simulating {line!r} ...")
+            ep = parse_transport(line, fabric, source=f"--transport {i}")
+            if ep.start_ns >= duration_s * NS:
+                raise ConfigError(f"--transport {i}: {line!r}: starts at {ep.start_ns / NS:.0f} s, after the "
+                                  f"end of the run ({duration_s:.0f} s)")
+            episodes.append(ep)
+            transport_truths.append((line, transport_truth(line, fabric, ep), describe(ep)))
+            if progress is not None:
+                progress(f"transport {i}/{len(transport)}: {describe(ep)}")
     kb = load_kb(kb_dirs)
     case_base = load_case_base(case_dirs) if case_dirs else None
     hook = Webhook(webhook) if webhook else None
@@ -112,7 +129,7 @@ def run_supervise(*, twin: str, faults: Sequence[str], duration: str, tick: str,
 
         store = DiagnosisStore(db)
     try:
-        spec = ScenarioSpec(fabric, fault_list, duration_s, seed)
+        spec = ScenarioSpec(fabric, fault_list, duration_s, seed, transport=tuple(episodes))
 
         def on_change(inc: Incident) -> None:
             line = incident_line(inc)
@@ -131,7 +148,8 @@ def run_supervise(*, twin: str, faults: Sequence[str], duration: str, tick: str,
     finally:
         if store is not None:
             store.close()
-    truth = truth_pairs(fabric, kb, fault_list)
+    truth: list[tuple[Injected, tuple[str, str]]] = list(truth_pairs(fabric, kb, fault_list))
+    truth += [(t, (t.subject, t.fault_type)) for _, t, _ in transport_truths if t.fault_type in kb.types]
     scores, false_pos = score_run(res, truth)
     cpu = sum(res.seconds.values())
     doc: dict[str, Any] = {
@@ -140,6 +158,9 @@ def run_supervise(*, twin: str, faults: Sequence[str], duration: str, tick: str,
         "faults": [{"kind": f.kind, "subject": f.subject, "start_s": f.start_ns / NS,
                     "end_s": None if f.end_ns is None else f.end_ns / NS, "params": dict(f.params)}
                    for f in fault_list],
+        "transport": [{"line": line, "kind": t.kind, "subject": t.subject, "start_s": t.start_ns / NS,
+                       "end_s": None if t.end_ns is None else t.end_ns / NS, "run": what}
+                      for line, t, what in transport_truths],
         "incidents": [incident_to_json(i) for i in res.incidents],
         "findings": [observed_to_json(o) for o in res.findings],
         "score": {

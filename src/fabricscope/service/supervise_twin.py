@@ -403,17 +403,28 @@ def default_instruments(names: Sequence[str] = INSTRUMENTS, *,
     return out
 
 
+class Injected(Protocol):
+    """What scoring reads of an injected fault: a twin Fault or a ``--transport`` truth."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def subject(self) -> str: ...
+    @property
+    def start_ns(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class FaultScore:
     """One injected fault against what the loop concluded."""
 
-    fault: Fault
+    fault: Injected
     pair: tuple[str, str]
     found: bool
     time_to_root_cause_s: float | None
 
 
-def score_run(result: LoopResult, truth: Sequence[tuple[Fault, tuple[str, str]]]
+def score_run(result: LoopResult, truth: Sequence[tuple[Injected, tuple[str, str]]]
               ) -> tuple[list[FaultScore], list[tuple[str, str]]]:
     """Each injected fault: found (its pair among the final root causes) and when it was first
     named; and the predicted pairs no injected fault explains (false positives)."""

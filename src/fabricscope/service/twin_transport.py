@@ -18,7 +18,7 @@ on), ``buffer`` (switch buffer, a size), ``seed``. The engine is
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import cast
 
 from fabricscope.fabric.inventory import Fabric
@@ -133,6 +133,31 @@ def parse_transport(text: str, fabric: Fabric, *, t0_ns: int = 0, source: str = 
         return TransportEpisode(result, start_ns=start, every_ns=every, until_ns=end)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class TransportTruth:
+    """What a ``--transport`` line injected, for scoring a diagnosis (like a Fault's kind,
+    subject and times): ``incast`` on the receiver's access port (the switch port facing it),
+    ``stuck-nic`` on the stuck NIC's port (the one that sends the pauses)."""
+
+    kind: str
+    subject: str
+    start_ns: int
+    end_ns: int | None
+    fault_type: str  # the knowledge base's fault id it should be named as
+
+
+def transport_truth(text: str, fabric: Fabric, ep: TransportEpisode) -> TransportTruth:
+    """The truth of one ``--transport`` line (already accepted by :func:`parse_transport`)."""
+    pattern, kv = _split(text, "--transport")
+    if pattern == "incast":
+        nic = _nic(fabric, kv.get("receiver"), "receiver", "--transport")
+        subject, fault_type = fabric.peer_port[fabric.ports_of[nic][0]], "incast-congestion"
+    else:
+        nic = _nic(fabric, kv.get("nic"), "nic", "--transport")
+        subject, fault_type = fabric.ports_of[nic][0], "pfc-storm"
+    return TransportTruth(pattern, subject, ep.start_ns, ep.until_ns, fault_type)
 
 
 def describe(ep: TransportEpisode, t0_ns: int = 0) -> str:

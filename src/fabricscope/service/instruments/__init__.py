@@ -20,16 +20,19 @@ from typing import Protocol
 from fabricscope.diagnosis.model import Observed
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.sim.faults import Fault
+from fabricscope.twin.transport_replay import TransportEpisode
 
 
 @dataclass(frozen=True, slots=True)
 class ScenarioSpec:
-    """What every instrument gets: the fabric, the faults (times from 0), the length, a seed."""
+    """What every instrument gets: the fabric, the faults (times from 0), the length, a seed,
+    and transport engine runs the twin plays into its counters (``--transport``)."""
 
     fabric: Fabric
     faults: Sequence[Fault]
     duration_s: float
     seed: int = 0
+    transport: Sequence[TransportEpisode] = ()
 
 
 class Instrument(Protocol):

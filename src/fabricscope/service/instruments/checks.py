@@ -127,7 +127,7 @@ class TwinChecks:
         self.rmap = ResourceMap(spec.fabric)
         self.clock = SimClock(0)
         ins = telemetry or TelemetryInstrument()
-        self.twin: Twin = ins.twin(spec.fabric, spec.faults, spec.seed, self.clock)
+        self.twin: Twin = ins.twin(spec.fabric, spec.faults, spec.seed, self.clock, spec.transport)
         self.th = dom or DomThresholds()
         # the optics store's history: every module's reading at the scenario's start
         self._ref_rx = self.twin.field("rx_power_dbm").copy()

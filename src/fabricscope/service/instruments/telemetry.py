@@ -46,6 +46,7 @@ from fabricscope.telemetry.detectors import (
 )
 from fabricscope.telemetry.paths import GPath, match, parse_path, schema_name, tags_of
 from fabricscope.twin.state import Twin, TwinConfig, background_load
+from fabricscope.twin.transport_replay import TransportEpisode
 
 __all__ = [
     "DETECTOR_LEAVES",
@@ -72,16 +73,19 @@ SAMPLE_PATHS: tuple[str, ...] = (
     "/interfaces/interface[name=*]/state/counters",
     "/interfaces/interface[name=*]/ethernet/state/counters",
     "/fabricscope/qos/interfaces/interface[interface-id=*]/queues/queue[name=3]/state",
+    # how long received pauses held each port (pause-storm below the frame-rate rule)
+    "/fabricscope/interfaces/interface[name=*]/pfc/priority[id=3]/state/in-pause-duration-us",
 )
 ON_CHANGE_PATHS: tuple[str, ...] = ("/interfaces/interface[name=*]/state/oper-status",)
 
 # Leaves of that subscription the default detectors read (telemetry/detectors.py): FCS / CRC /
 # error / discard counters (error-counter-increase), carrier-transitions and oper-status
-# (link-flap), MAC pause frames (pause-storm), queue-3 watermark and ECN marks (micro-burst).
+# (link-flap), MAC pause frames and pause duration (pause-storm), queue-3 watermark and ECN
+# marks (micro-burst).
 DETECTOR_LEAVES: tuple[str, ...] = (
     "in-errors", "in-discards", "in-fcs-errors", "out-errors", "out-discards",
     "carrier-transitions", "in-mac-pause-frames", "out-mac-pause-frames", "in-crc-errors",
-    "watermark-bytes", "ecn-marked-pkts", "oper-status",
+    "watermark-bytes", "ecn-marked-pkts", "oper-status", "in-pause-duration-us",
 )
 
 _INT, _FLOAT, _STATUS = 0, 1, 2
@@ -426,14 +430,18 @@ class TelemetryInstrument:
         return out
 
     def twin(self, fabric: Fabric, faults: Sequence[Fault], seed: int,
-             clock: SimClock | None = None) -> Twin:
+             clock: SimClock | None = None, transport: Sequence[TransportEpisode] = ()) -> Twin:
         """The twin a run uses (what :func:`fabricscope.service.gnmi_twin.twin_for` builds,
-        on a simulated clock at 0 with the watermark period set to the interval)."""
+        on a simulated clock at 0 with the watermark period set to the interval), with the
+        ``transport`` runs played into its counters."""
         interval_ns = max(1, round(self.interval_s * NS))
-        return Twin(fabric, clock=clock or SimClock(0), faults=twin_faults(faults),
-                    load_bps=background_load(fabric, utilization=self.utilization, seed=seed,
-                                             routing=_routing_for(fabric)),
-                    rng=seed, config=TwinConfig(watermark_period_ns=interval_ns))
+        tw = Twin(fabric, clock=clock or SimClock(0), faults=twin_faults(faults),
+                  load_bps=background_load(fabric, utilization=self.utilization, seed=seed,
+                                           routing=_routing_for(fabric)),
+                  rng=seed, config=TwinConfig(watermark_period_ns=interval_ns))
+        for ep in transport:
+            tw.add_transport(ep)
+        return tw
 
     def run(self, spec: ScenarioSpec) -> list[Observed]:
         """Every finding of the scenario, each reported at the sample that produced it."""
@@ -441,7 +449,7 @@ class TelemetryInstrument:
             raise ConfigError(f"scenario: duration_s: must be >= 0, got {spec.duration_s!r}")
         interval_ns = max(1, round(self.interval_s * NS))
         clock = SimClock(0)
-        twin = self.twin(spec.fabric, spec.faults, spec.seed, clock)
+        twin = self.twin(spec.fabric, spec.faults, spec.seed, clock, spec.transport)
         detectors = self.detectors()
         detectors.suppressed_sampling(interval_ns)  # the subscription is suppress-redundant
         plan = _plan_for(twin, detector_leaves(detectors))
