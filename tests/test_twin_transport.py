@@ -102,6 +102,8 @@ def test_impossible_episodes_and_another_fabric_are_refused() -> None:
     r = _incast()
     with pytest.raises(ConfigError, match=r"every_ns.*shorter than the run"):
         TransportEpisode(r, start_ns=0, every_ns=int(r.stats.sim_time_ns) - 1)
+    with pytest.raises(ConfigError, match="every_ns: must be > 0"):
+        TransportEpisode(r, start_ns=0, every_ns=0)
     with pytest.raises(ConfigError, match="until_ns"):
         TransportEpisode(r, start_ns=NS, until_ns=0)
     other = leaf_spine_fabric(leaves=3, hosts_per_leaf=8, spines=2)

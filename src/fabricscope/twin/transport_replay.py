@@ -61,6 +61,8 @@ class TransportEpisode:
 
     def __post_init__(self) -> None:
         span = self.result.stats.sim_time_ns
+        if self.every_ns is not None and self.every_ns <= 0:
+            raise ConfigError(f"twin transport episode: every_ns: must be > 0, got {self.every_ns}")
         if self.every_ns is not None and self.every_ns < span:
             raise ConfigError(f"twin transport episode: every_ns: {self.every_ns} is shorter than the "
                               f"run it repeats ({span:.0f} ns simulated)")
