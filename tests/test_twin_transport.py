@@ -7,6 +7,8 @@ see the engine, name the ports the physics congested or paused, and no others.
 
 from __future__ import annotations
 
+import itertools
+import json
 import signal
 import socket
 import subprocess
@@ -285,6 +287,18 @@ sinks:
                  and ln.split()[0] in ("micro-burst", "queue-buildup", "pause-storm")}
         assert ("micro-burst", "leaf-000:eth1") in found, col.stdout
         assert ("pause-storm", "leaf-001:eth2") in found, col.stdout
+        # the incast's flows report INT-MD at their sink, the receiver's leaf, over gNMI
+        got = subprocess.run([*cli, "gnmi", "get", f"127.0.0.1:{port}", "-t", "leaf-000",
+                              "/fabricscope/int/flows/flow[id=0.5]/state/int-md", "--json"],
+                             capture_output=True, text=True, timeout=60)
+        assert got.returncode == 0, got.stderr
+        value = json.loads(got.stdout.splitlines()[0])["value"]
+        dec = subprocess.run([*cli, "gnmi", "int-decode", "--json", value], capture_output=True, text=True,
+                             timeout=60)
+        assert dec.returncode == 0, dec.stderr
+        sink = json.loads(dec.stdout)["hops"][0]
+        assert (sink["node_id"], sink["l1_egress"], sink["queue_id"]) == (1, 1, 3)  # leaf-000:eth1
+        assert sink["queue_occupancy"] > 0 and sink["hop_latency"] > 0
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=20)
@@ -316,3 +330,51 @@ def test_the_closed_loop_locates_a_physics_born_incast_on_the_receivers_access_l
     named = {(rc["resource"], rc["fault"]) for inc in doc["incidents"] for rc in inc["root_causes"]}
     on_link = {("leaf-000:eth1", "incast-congestion"), ("host0000/nic0:p0|leaf-000:eth1", "congestion")}
     assert named & on_link, named
+
+
+# ------------------------------------------------------------------ INT-MD at the flows' sinks
+def test_each_flows_sink_serves_the_int_md_stack_of_its_worst_packet() -> None:
+    from fabricscope.model import int_md
+    from fabricscope.service.twin_transport import parse_transport
+
+    fab = _fabric()
+    ix = fab.index
+    ep = parse_transport("incast senders=12 size=1MB seed=1 start=1s every=100ms", fab)
+    r = ep.result
+    clock = SimClock()
+    tw = Twin(fab, clock=clock, rng=0)
+    tw.add_transport(ep)
+    sink = [lf for lf in tw.leaves("leaf-000") if lf.field == "int_md"]
+    assert len(sink) == 12 and not any(lf.field == "int_md" for lf in tw.leaves("leaf-001"))
+    assert set(tw.read(sink)) == {""}  # nothing has crossed the fabric yet
+    clock.advance(NS + 150 * MS)
+    tw.sync()
+    # a sender on the other leaf: three switch hops, the sink's own first
+    j = next(k for k, p in enumerate(ep.paths) if ix.from_port[p[0]].startswith("host0009"))
+    leaf = next(lf for lf in sink if lf.lane == j)
+    assert leaf.path == f"/fabricscope/int/flows/flow[id=0.{int(r.sim.flow_ids[j])}]/state/int-md"
+    hdr, hops = int_md.unpack(bytes.fromhex(str(tw.read([leaf])[0])))
+    assert hdr.instructions == int_md.HPCC_INSTRUCTIONS and len(hops) == 3
+    path = ep.paths[j]
+    switches = [ix.node_ids[int(ix.src[e])] for e in path[1:]][::-1]
+    ids = {d.id: i + 1 for i, d in enumerate(fab.switches)}
+    assert [h.node_id for h in hops] == [ids[s] for s in switches]
+    assert hops[0].l1_egress == int(ix.from_port[path[-1]].rsplit("eth", 1)[1])
+    # the worst packet: the trace row where this route held the most queue; the sink's egress
+    # toward the receiver is the incast's bottleneck, so it holds the largest share
+    col = {int(e): k for k, e in enumerate(r.trace_edges.tolist())}
+    cap = ix.capacity_bps / 8.0
+    delay = sum(r.queue_trace_bytes[:, col[e]] / cap[e] for e in path if e in col)
+    row = int(np.argmax(delay))
+    assert hops[0].queue_occupancy == round(float(r.queue_trace_bytes[row, col[path[-1]]]))
+    assert hops[0].hop_latency == round(hops[0].queue_occupancy / cap[path[-1]] * 1e9)
+    assert hops[0].queue_occupancy == max(h.queue_occupancy or 0 for h in hops) > 0
+    # timestamps: the occurrence at 1.1 s, the packet's time in it, then hop by hop
+    t_in = [h.ingress_ts for h in hops][::-1]
+    assert t_in[0] == round(NS + 100 * MS + float(r.queue_trace_t_ns[row]) + ix.latency_ns[path[0]])
+    assert all(a < b for a, b in itertools.pairwise(t_in))
+    # HPCC's per-hop load from the record alone: u = q / (B T) + tx / B, at most at the sink
+    T = 2 * sum(float(ix.latency_ns[e]) for e in path) * 1e-9
+    u = [h.queue_occupancy / (cap[e] * T) + h.tx_utilization / 1e6
+         for h, e in zip(hops, path[::-1][:3], strict=True)]
+    assert int(np.argmax(u)) == 0

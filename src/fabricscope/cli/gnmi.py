@@ -39,6 +39,19 @@ Examples:
       --username admin --password-env FABRICSCOPE_GNMI_PASSWORD --tls-cert cert.pem --tls-key key.pem
 """
 
+_INT_HELP = """Decode an INT-MD header and metadata stack (INT spec v2.1) given as hex.
+
+The twin serves one per flow of a --transport run at the flow's sink switch:
+/fabricscope/int/flows/flow[id=E.F]/state/int-md, the stack of the flow's worst packet in the
+latest run (the most recent hop first). Units are in docs/telemetry.md.
+
+Examples:
+
+  fabricscope gnmi int-decode 20000305e0000000000000000000000700010002000005dc
+
+  fabricscope gnmi int-decode --json 20000305e0000000000000000000000700010002000005dc
+"""
+
 _COLLECT_HELP = """Run the collector from a YAML config (gnmic-like: targets, subscriptions, processors, detectors, sinks).
 
 The config is validated completely before anything connects; an error names the file, the
@@ -295,6 +308,42 @@ def register(app: typer.Typer) -> None:
                    f"{summary.reloads} fault reloads")
         if summary.exit_code:
             raise typer.Exit(summary.exit_code)
+
+    @gnmi.command("int-decode", help=_h(_INT_HELP))
+    def int_decode_cmd(
+        value: str = typer.Argument(..., help="INT-MD header and stack as hex (what the int-md leaf serves)."),
+        json_out: bool = typer.Option(False, "--json", help="One JSON object: header and hops."),
+    ) -> None:
+        import dataclasses
+        import json
+
+        from fabricscope.model import int_md
+        from fabricscope.model.errors import ConfigError
+
+        try:
+            raw = bytes.fromhex(value.strip())
+        except ValueError:
+            raise ConfigError(f"int-decode: VALUE: not hex ({value[:40]!r})") from None
+        if not raw:
+            raise ConfigError("int-decode: VALUE: empty (the sink has seen no packet of that flow yet)")
+        try:
+            hdr, hops = int_md.unpack(raw)
+        except int_md.IntFormatError as exc:
+            raise ConfigError(f"int-decode: VALUE: {exc}") from None
+        if json_out:
+            typer.echo(json.dumps({"header": dataclasses.asdict(hdr),
+                                   "hops": [dataclasses.asdict(h) for h in hops]}))
+            return
+        typer.echo(f"INT-MD v{hdr.version}: {len(hops)} hop(s), instructions {hdr.instructions:#06x}, "
+                   f"{hdr.hop_ml} words per hop, {hdr.remaining_hop_count} hops left"
+                   + (", hop count exceeded" if hdr.exceeded_hop_count else ""))
+        typer.echo("  hop  node  in  out  queue B  hop latency ns  tx util ppm  ingress ts ns")
+        for k, h in enumerate(hops):
+            def show(v: int | None) -> str:
+                return "-" if v is None else str(v)
+            typer.echo(f"  {k:3d}  {show(h.node_id):>4}  {show(h.l1_ingress):>2}  {show(h.l1_egress):>3}  "
+                       f"{show(h.queue_occupancy):>7}  {show(h.hop_latency):>14}  {show(h.tx_utilization):>11}  "
+                       f"{show(h.ingress_ts)}")
 
     @gnmi.command("collect", help=_h(_COLLECT_HELP))
     def collect_cmd(

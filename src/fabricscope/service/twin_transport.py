@@ -12,7 +12,8 @@ A line is ``"PATTERN [key=value ...]"``, with times relative to the twin's start
 
 Common keys: ``cc`` (dcqcn, hpcc, nscc, eqds, none; default dcqcn), ``pfc`` (on / off; default
 on), ``buffer`` (switch buffer, a size), ``seed``. The engine is
-:func:`fabricscope.sim.transport.simulate_transport`; the replay is
+:class:`fabricscope.sim.transport.FluidTransport` (watched: every busy switch queue traced);
+the replay, with each flow's INT-MD stack at its sink switch, is
 :mod:`fabricscope.twin.transport_replay`.
 """
 
@@ -24,8 +25,9 @@ from typing import cast
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.model.errors import ConfigError
 from fabricscope.sim.flows import FlowSpec, Workload
-from fabricscope.sim.transport import BufferConfig, PfcConfig, TransportConfig, simulate_transport
+from fabricscope.sim.transport import BufferConfig, FluidTransport, PfcConfig, TransportConfig
 from fabricscope.sim.transport.config import CcName
+from fabricscope.sim.transport.segments import main_path
 from fabricscope.sim.workload.traffic import incast
 from fabricscope.sim.workload.units import parse_duration_ns, parse_size
 from fabricscope.twin.transport_replay import TransportEpisode
@@ -129,8 +131,11 @@ def parse_transport(text: str, fabric: Fabric, *, t0_ns: int = 0, source: str = 
         raise ConfigError(f"{where}: end: before start")
     try:
         cfg.validate()
-        result = simulate_transport(fabric, w, config=cfg, seed=seed, stuck_nics=stuck)
-        return TransportEpisode(result, start_ns=start, every_ns=every, until_ns=end)
+        # watched: every busy switch queue is traced, so the flows' INT sinks have queues to report
+        sim = FluidTransport(fabric, w, config=cfg, seed=seed, stuck_nics=stuck, watch=True)
+        sim.advance_to(cfg.max_time_ns)
+        paths = tuple(tuple(main_path(sim.segs, f)) for f in range(len(w.flows)))
+        return TransportEpisode(sim.result(), start_ns=start, every_ns=every, until_ns=end, paths=paths)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
 

@@ -64,6 +64,8 @@ from fabricscope.twin.transport_replay import (
     TransportEpisode,
     depth_at,
     episode_counters,
+    int_md_hex,
+    sink_of,
 )
 
 F64 = npt.NDArray[np.float64]
@@ -238,6 +240,7 @@ class Twin:
         # egress links of ports set administratively down (gNMI Set of config/enabled)
         self._admin_down = np.zeros(m, dtype=bool)
         self._episodes: list[tuple[TransportEpisode, EpisodeCounters]] = []
+        self._node_ids = {d.id: i + 1 for i, d in enumerate(fabric.switches)}
         self._check_faults(self.faults)
 
     # ------------------------------------------------------------------ inputs
@@ -271,6 +274,8 @@ class Twin:
         ids = tuple(ix.edge_id(e) for e in range(ix.n_edges))
         self._episodes.append((episode, episode_counters(episode, ids, self.cfg.mtu_bytes,
                                                          speed_bps=self._cap * 8.0)))
+        if episode.paths:
+            self._leaves.clear()  # its flows' INT sinks serve new leaves
 
     def set_faults(self, faults: FaultSchedule) -> None:
         """Replace the scenario from now on (e.g. inject once a collector is listening)."""
@@ -694,6 +699,14 @@ class Twin:
         return cached
 
     def _build_leaves(self, target: str) -> Iterable[TwinLeaf]:
+        yield from self._port_leaves(target)
+        for i, (ep, _) in enumerate(self._episodes):
+            for j, path in enumerate(ep.paths):
+                if path and sink_of(self.fabric, path) == target:
+                    fid = int(ep.result.sim.flow_ids[j])
+                    yield TwinLeaf(f"/fabricscope/int/flows/flow[id={i}.{fid}]/state/int-md", "int_md", i, j)
+
+    def _port_leaves(self, target: str) -> Iterable[TwinLeaf]:
         for pid in self.fabric.ports_of.get(target, ()):
             row = self.port_row.get(pid)
             if row is None:
@@ -752,6 +765,10 @@ class Twin:
         out: list[int | float | str] = []
         cache: dict[str, F64] = {}
         for lf in leaves:
+            if lf.field == "int_md":
+                out.append(int_md_hex(self._episodes[lf.index][0], lf.lane, self.fabric, now_ns=self._t,
+                                      node_ids=self._node_ids))
+                continue
             arr = cache.get(lf.field)
             if arr is None:
                 arr = self.field(lf.field)

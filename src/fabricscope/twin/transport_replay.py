@@ -24,6 +24,13 @@ max_queue_bytes               the queue watermark; ``depth`` follows the engine'
                               while a twin sample falls inside an occurrence (traced links only)
 ============================  =====================================================================
 
+With the flows' routes (``paths``, as :func:`fabricscope.service.twin_transport.parse_transport`
+records them), the switch where each flow leaves the fabric also acts as its INT sink: it
+serves the INT-MD header and metadata stack (:mod:`fabricscope.model.int_md`, INT spec v2.1)
+of the flow's worst packet in the latest occurrence, the one whose path held the most queue,
+as ``/fabricscope/int/flows/flow[id=E.F]/state/int-md`` (hex). The metadata semantics the
+spec leaves to each device are :data:`SEMANTICS`.
+
 The engine's links are matched to the twin's by id, so a run on another fabric is refused. A
 pause storm or an incast seen this way carries the physics' own signature (which ports pause,
 how much is marked and dropped), which the telemetry detectors and the diagnosis then read as
@@ -32,11 +39,14 @@ they read a switch.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from fabricscope.fabric.inventory import Fabric
+from fabricscope.model import int_md
 from fabricscope.model.errors import ConfigError
 from fabricscope.sim.transport.results import TransportResult
 
@@ -58,6 +68,7 @@ class TransportEpisode:
     start_ns: int
     every_ns: int | None = None
     until_ns: int | None = None
+    paths: tuple[tuple[int, ...], ...] = ()  # per flow: its links, sender to receiver (INT)
 
     def __post_init__(self) -> None:
         span = self.result.stats.sim_time_ns
@@ -66,6 +77,9 @@ class TransportEpisode:
         if self.every_ns is not None and self.every_ns < span:
             raise ConfigError(f"twin transport episode: every_ns: {self.every_ns} is shorter than the "
                               f"run it repeats ({span:.0f} ns simulated)")
+        if self.paths and len(self.paths) != len(self.result.sim.flow_ids):
+            raise ConfigError(f"twin transport episode: paths: {len(self.paths)} routes for "
+                              f"{len(self.result.sim.flow_ids)} flows")
         if self.until_ns is not None and self.until_ns < self.start_ns:
             raise ConfigError(f"twin transport episode: until_ns: {self.until_ns} is before "
                               f"start_ns {self.start_ns}")
@@ -85,6 +99,19 @@ class TransportEpisode:
         first = max(0, -(-(t0 - self.start_ns) // self.every_ns))  # first k with start + k P >= t0
         last = (end - 1 - self.start_ns) // self.every_ns  # last k with start + k P < end
         return max(0, int(last - first + 1))
+
+    def latest_start(self, t: int) -> int | None:
+        """Start of the latest occurrence that began at or before ``t`` (None: none yet)."""
+        if t < self.start_ns:
+            return None
+        k = 0 if self.every_ns is None else (t - self.start_ns) // self.every_ns
+        begin = self.start_ns + k * (self.every_ns or 0)
+        if self.until_ns is not None and begin >= self.until_ns:
+            if self.every_ns is None:
+                return None
+            k = (self.until_ns - 1 - self.start_ns) // self.every_ns
+            begin = self.start_ns + k * self.every_ns
+        return int(begin)
 
     def offset_at(self, t: int) -> float | None:
         """Time since the start of the occurrence that holds ``t`` (None: none does)."""
@@ -165,3 +192,92 @@ def depth_at(ep: TransportEpisode, offset_ns: float, n_edges: int) -> tuple[I64,
     edges = np.asarray(r.trace_edges, dtype=np.int64)
     keep = (edges >= 0) & (edges < n_edges)
     return edges[keep], np.asarray(r.queue_trace_bytes[k], dtype=np.float64)[keep]
+
+
+#: The units of the INT-MD metadata the twin writes (the spec leaves them to each device).
+SEMANTICS: dict[str, str] = {
+    "instructions": "node ID, level 1 ports, hop latency, queue, ingress / egress timestamps, Tx utilization",
+    "node_id": "the switch's position in the fabric's switch list, from 1",
+    "l1_ingress / l1_egress": "N of the port's name ethN (0 when it has none)",
+    "hop_latency": "ns the packet waited in the egress queue (occupancy / line rate)",
+    "queue_id / queue_occupancy": "3 (the RoCE class) / bytes in that egress queue",
+    "ingress_ts / egress_ts": "ns since the Unix epoch on the twin's clock; each hop's ingress is "
+                              "the previous egress plus the link's latency",
+    "tx_utilization": "parts per million of the egress port's speed, averaged over the run",
+}
+
+
+def _port_number(port_id: str) -> int:
+    name = port_id.rsplit(":", 1)[-1]
+    digits = name[len(name.rstrip("0123456789")):]
+    return int(digits) if digits else 0
+
+
+def sink_of(fabric: Fabric, path: tuple[int, ...]) -> str | None:
+    """The switch where a route leaves the fabric (the last switch on it), None without one."""
+    ix = fabric.index
+    for e in reversed(path):
+        node = int(ix.src[e])
+        if ix.is_switch[node]:
+            return ix.node_ids[node]
+    return None
+
+
+def worst_row(ep: TransportEpisode, flow: int, fabric: Fabric) -> int | None:
+    """Row of the run's queue trace at which ``flow``'s route held the most queueing delay
+    (None: nothing on its route was traced)."""
+    r = ep.result
+    if not ep.paths or r.queue_trace_t_ns.size == 0:
+        return None
+    col = {int(e): k for k, e in enumerate(r.trace_edges.tolist())}
+    cap = fabric.index.capacity_bps / 8.0
+    cols = [(col[e], cap[e]) for e in ep.paths[flow] if e in col]
+    if not cols:
+        return None
+    delay = sum(r.queue_trace_bytes[:, k] / c for k, c in cols)
+    return int(np.argmax(delay))
+
+
+def int_stack(ep: TransportEpisode, flow: int, fabric: Fabric, *, begin_ns: int,
+              node_ids: dict[str, int]) -> list[int_md.IntHop]:
+    """The INT-MD stack (most recent hop first) of ``flow``'s worst packet in the occurrence
+    that began at ``begin_ns``: every switch on its route pushes node, ports, hop latency,
+    queue, timestamps and Tx utilization (:data:`SEMANTICS`); a queue the run did not trace is
+    invalid (None)."""
+    ix = fabric.index
+    r = ep.result
+    path = ep.paths[flow]
+    row = worst_row(ep, flow, fabric)
+    col = {int(e): k for k, e in enumerate(r.trace_edges.tolist())}
+    cap = ix.capacity_bps / 8.0
+    span = max(r.stats.sim_time_ns, 1.0)
+    t = float(begin_ns) + (float(r.queue_trace_t_ns[row]) if row is not None else 0.0)
+    hops: list[int_md.IntHop] = []
+    for prev, e in itertools.pairwise(path):
+        t += float(ix.latency_ns[prev])
+        q = float(r.queue_trace_bytes[row, col[e]]) if row is not None and e in col else None
+        lat = None if q is None else q / cap[e] * 1e9
+        util = r.stats.served_bytes[e] / (cap[e] * span * 1e-9) * 1e6
+        node = ix.node_ids[int(ix.src[e])]
+        hops.append(int_md.IntHop(
+            node_id=node_ids.get(node), l1_ingress=_port_number(ix.to_port[prev]),
+            l1_egress=_port_number(ix.from_port[e]), hop_latency=None if lat is None else round(lat),
+            queue_id=3, queue_occupancy=None if q is None else round(q), ingress_ts=round(t),
+            egress_ts=round(t + (lat or 0.0)), tx_utilization=round(util)))
+        t += lat or 0.0
+    hops.reverse()
+    return hops
+
+
+def int_md_hex(ep: TransportEpisode, flow: int, fabric: Fabric, *, now_ns: int,
+               node_ids: dict[str, int]) -> str:
+    """What the flow's INT sink serves at ``now_ns``: the hex INT-MD header and stack of the
+    latest occurrence's worst packet ("" before the first occurrence)."""
+    begin = ep.latest_start(now_ns)
+    if begin is None or not ep.paths or not ep.paths[flow]:
+        return ""
+    stack = int_stack(ep, flow, fabric, begin_ns=begin, node_ids=node_ids)
+    hdr = int_md.IntMdHeader(instructions=int_md.HPCC_INSTRUCTIONS,
+                             hop_ml=int_md.hop_words(int_md.HPCC_INSTRUCTIONS),
+                             remaining_hop_count=max(0, 8 - len(stack)))
+    return int_md.pack(hdr, stack).hex()

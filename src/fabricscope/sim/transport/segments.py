@@ -179,3 +179,20 @@ def build_segments(
         ch_ptr=new_ptr, ch_idx=new_idx.astype(np.int64), ch_frac=new_frac, eptr=eptr,
         fptr=fptr, fidx=fo, f0ptr=f0ptr, f0idx=f0,
     )
+
+
+def main_path(segs: Segments, flow: int) -> list[int]:
+    """The links of ``flow``'s heaviest route, sender to receiver: at its first hop and at every
+    split, the branch that carries the largest share (its only route under ECMP)."""
+    first = segs.f0idx[segs.f0ptr[flow]:segs.f0ptr[flow + 1]]
+    if first.shape[0] == 0:
+        return []
+    s = int(first[int(np.argmax(segs.weight[first]))])
+    out = [int(segs.edge[s])]
+    while not segs.last[s]:
+        a, b = int(segs.ch_ptr[s]), int(segs.ch_ptr[s + 1])
+        if a == b:
+            break
+        s = int(segs.ch_idx[a + int(np.argmax(segs.ch_frac[a:b]))])
+        out.append(int(segs.edge[s]))
+    return out
