@@ -86,9 +86,12 @@ class _Episode:
 def _series(e: TelemetryEvent, subject: str) -> tuple[object, ...]:
     """One counter series: the target, port and leaf, and every other key of the path (a port
     reports ``ecn-marked-pkts`` per queue and pause frames per priority: each is its own
-    counter, and mixing two would read every sample of one as a reset of the other)."""
+    counter, and mixing two would read every sample of one as a reset of the other). The keys
+    of one leaf come in path order, so their values name the series."""
     t = e.tags
-    return (e.target, subject, e.name, tuple(sorted(t.items())) if len(t) > 1 else ())
+    if len(t) > 1:
+        return (e.target, e.name, tuple(t.values()))
+    return (e.target, subject, e.name)
 
 
 class _CounterState:
