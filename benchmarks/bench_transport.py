@@ -412,6 +412,62 @@ def reps_cases(quick: bool) -> list[dict[str, object]]:
     return rows
 
 
+def ar_cases(quick: bool) -> list[dict[str, object]]:
+    """Switch adaptive routing on local queues (``--lb ar``) beside spraying and REPS.
+
+    A 128-host leaf-spine at 2:1 (8 leaves x 16 hosts, 8 spines) with one uplink of leaf-000
+    at 25 %, in its slow direction leaf -> spine (a queue the leaf sees) or spine -> leaf (a
+    queue at the spine, out of the senders' leaves' sight), NSCC and DCQCN + PFC; the
+    fat-tree case of the ``reps`` group (an aggregation switch's 8 uplinks at 25 %); and the
+    CPU cost on a healthy 1,024-host permutation, side by side in one run."""
+    from fabricscope.sim.faults import Fault
+    from fabricscope.sim.transport import PfcConfig
+
+    rows: list[dict[str, object]] = []
+    ls = leaf_spine_fabric(leaves=8, hosts_per_leaf=16, spines=8)
+    up = next(p for p in ls.ports_of["leaf-000"] if ls.peer_port[p].startswith("spine"))
+    w = permutation(ls, 2_000_000, seed=1)
+    for direction, subject in (("leaf -> spine", f"{up}->{ls.peer_port[up]}"),
+                               ("spine -> leaf", f"{ls.peer_port[up]}->{up}")):
+        fault = Fault("link-degraded", subject, params={"factor": 0.25})
+        for cc in ("nscc", "dcqcn"):
+            cfg = TransportConfig(cc=cc, pfc=PfcConfig(enabled=cc == "dcqcn"))  # type: ignore[arg-type]
+            got: dict[str, object] = {}
+            for lb in ("spray", "reps", "ar"):
+                r = simulate_transport(ls, w, config=cfg, lb=lb, faults=[fault])
+                got[lb] = round(float(np.nanmax(r.sim.fct_us())), 1)
+            rows.append({"case": f"leaf-spine 128 at 2:1, one uplink of leaf-000 at 25 % ({direction}), {cc}",
+                         "max_fct_us": got})
+            print(rows[-1], flush=True)
+    ft = fat_tree_fabric(pods=16, tors_per_pod=8, aggs_per_pod=8, hosts_per_tor=8, cores_per_plane=8)
+    ups = [f"{lk.a}|{lk.b}" for lk in ft.links
+           if "agg-p00-00" in {lk.a.split(":")[0], lk.b.split(":")[0]} and "core" in lk.a + lk.b]
+    faults = [Fault("link-degraded", u, params={"factor": 0.25}) for u in ups]
+    got = {}
+    for lb in ("oblivious:paths=128", "reps:paths=128", "ar"):
+        maxes = []
+        for sd in range(1 if quick else 3):
+            wf = permutation(ft, 2_000_000, seed=sd)
+            r = simulate_transport(ft, wf, lb=lb, seed=sd, faults=faults, config=TransportConfig(cc="nscc"))
+            maxes.append(float(np.nanmax(r.sim.fct_us())))
+        got[lb] = round(float(np.mean(maxes)), 1)
+    rows.append({"case": f"fat tree 1024, agg-p00-00's {len(ups)} uplinks at 25 %, nscc, mean over seeds of the max FCT",
+                 "max_fct_us": got, "htsim_recorded_max_us": dict(HTSIM_DEGRADED_MAX)})
+    print(rows[-1], flush=True)
+    big = leaf_spine_fabric(leaves=32, hosts_per_leaf=32, spines=32)
+    wb = permutation(big, 2_000_000, seed=0)
+    cpu: dict[str, float] = {}
+    for _ in range(1 if quick else 2):
+        for lb in ("spray", "ar"):
+            c0 = time.process_time()
+            simulate_transport(big, wb, lb=lb, config=TransportConfig(cc="nscc"))
+            cpu[lb] = round(min(cpu.get(lb, np.inf), time.process_time() - c0), 2)
+    rows.append({"case": "1024-host permutation 2 MB, nscc, healthy: CPU s (best of 2, side by side)",
+                 "cpu_s": cpu, "ar_over_spray": round(cpu["ar"] / cpu["spray"], 2)})
+    print(rows[-1], flush=True)
+    return rows
+
+
 def multiplane_cases(quick: bool) -> list[dict[str, object]]:
     """The seed claim "multi-plane with global load balancing: 2.3x under an uplink failure"
     (SIMULATION.md §5): 256 hosts with 400G NICs, one plane of 400G links against four planes
@@ -468,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a subset (CI smoke run)")
     ap.add_argument("--scale", default="1024,4096", help="host counts for the scaling rows (comma separated)")
     ap.add_argument("--only", default="fixed,incast,perm,scale",
-                    help="which groups to run (also: nscc, nscc-heldout, eqds, eqds-heldout, reps, multiplane)")
+                    help="which groups to run (also: nscc, nscc-heldout, eqds, eqds-heldout, reps, multiplane, ar)")
     ap.add_argument("--htsim", type=Path, default=None,
                     help="htsim_uec binary (built outside the repository): run it side by side in eqds groups")
     ap.add_argument("--htsim-topologies", type=Path, default=None,
@@ -500,6 +556,8 @@ def main(argv: list[str] | None = None) -> int:
         out["reps_degraded"] = reps_cases(args.quick)
     if "multiplane" in groups:
         out["multiplane"] = multiplane_cases(args.quick)
+    if "ar" in groups:
+        out["adaptive_routing"] = ar_cases(args.quick)
     if "scale" in groups:
         out["scaling"] = scaling_cases([int(x) for x in args.scale.split(",") if x])
     out["total_wall_s"] = round(time.perf_counter() - t0, 1)

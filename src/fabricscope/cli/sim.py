@@ -86,7 +86,8 @@ def register(app: typer.Typer) -> None:
         lb: str | None = typer.Option(
             None, "--lb",
             help="Scheme(s), comma separated: ecmp, random, spray, flowlet, dlb, stripe, oblivious:paths=N; with a "
-                 "transport --cc also reps[:paths=N] (senders recycle the entropies that came back unmarked).",
+                 "transport --cc also reps[:paths=N] (senders recycle the entropies that came back unmarked) "
+                 "and ar (switches split by their own egress queues: adaptive routing).",
         ),
         fail: list[str] = typer.Option([], "--fail", help="LINK to take down (repeatable)."),
         degrade: list[str] = typer.Option([], "--degrade", help="LINK=FACTOR: capacity kept, 0.25 or 25% (repeatable)."),

@@ -557,7 +557,8 @@ def _as_faults(faults: FaultSchedule | Iterable[Fault]) -> tuple[Fault, ...]:
 
 def _ideal_scheme(scheme: str) -> None:
     if is_transport_only(scheme):
-        raise ConfigError(f"lb {scheme}: recycles entropies on ECN marks, which only the transport engine has "
+        what = "splits by switch queues" if scheme == "ar" else "recycles entropies on ECN marks"
+        raise ConfigError(f"lb {scheme}: {what}, which only the transport engine has "
                           "(give a --cc: nscc, eqds, dcqcn or hpcc)")
 
 

@@ -45,12 +45,13 @@ from fabricscope.fabric.routing import ROCE_PORT, Routing
 from fabricscope.model.errors import ConfigError
 from fabricscope.model.records import FiveTuple
 
-Scheme = Literal["ecmp", "random", "spray", "flowlet", "dlb", "stripe", "oblivious", "reps"]
+Scheme = Literal["ecmp", "random", "spray", "flowlet", "dlb", "stripe", "oblivious", "reps", "ar"]
 SCHEMES: tuple[Scheme, ...] = ("ecmp", "random", "spray", "flowlet", "dlb", "stripe")
 DYNAMIC_SCHEMES: frozenset[str] = frozenset({"flowlet", "dlb"})
 PARAMETRIC_SCHEMES: tuple[str, ...] = ("oblivious:paths=N", "reps[:paths=N]")
-#: Schemes that react to ECN marks: only the transport engine (``--cc`` other than ideal) runs them.
-TRANSPORT_SCHEMES: tuple[str, ...] = ("reps",)
+#: Schemes that react to ECN marks (``reps``) or to switch queues (``ar``: adaptive routing):
+#: only the transport engine (``--cc`` other than ideal) runs them.
+TRANSPORT_SCHEMES: tuple[str, ...] = ("reps", "ar")
 REPS_DEFAULT_PATHS = 128
 """Schemes with a parameter: ``check_scheme`` returns the full name (``oblivious:paths=128``)."""
 MAX_ENTROPIES = 65536
@@ -75,9 +76,11 @@ def check_scheme(name: str, *, source: str = "lb") -> Scheme:
     if name == "reps" or name.startswith("reps:"):
         reps_paths(name, source=source)
         return cast(Scheme, name)
+    if name == "ar":
+        return "ar"
     if name not in SCHEMES:
         raise ConfigError(f"{source}: unknown load-balancing scheme {name!r}; choose one of "
-                          f"{', '.join((*SCHEMES, *PARAMETRIC_SCHEMES))}")
+                          f"{', '.join((*SCHEMES, *PARAMETRIC_SCHEMES, 'ar'))}")
     return name
 
 
@@ -644,7 +647,7 @@ def route_flows(
         return finder.single_paths(src, dst, sport)
     if scheme == "random":
         return finder.single_paths(src, dst, sport, rng=rng or np.random.default_rng(0))
-    if scheme == "spray":
+    if scheme in ("spray", "ar"):  # ar: every equal-cost path; the switches re-weight by queue
         return finder.spray(src, dst)
     if scheme == "stripe":
         return finder.stripe(src, dst, sport)

@@ -38,6 +38,11 @@ IntArray = npt.NDArray[np.int64]
 
 DEFAULT_DT_NS = 500.0
 CC_DT_NS = 1000.0
+#: Adaptive routing (``--lb ar``): ports' queueing delays are levelled to within ~AR_TAU_NS,
+#: the split reacting within ~AR_REACT_NS (a switch re-decides per packet: well under a
+#: microsecond of its own; the fluid step sets the floor).
+AR_TAU_NS = 1000.0
+AR_REACT_NS = 2000.0
 CHUNK_STEPS = 20_000
 # A watched run (``watch=True``) keeps at most WATCH_BYTES of queue trace: rows x traced
 # links x 8 B x 2 (the buffer holds two halves), between WATCH_MIN_ROWS and WATCH_MAX_ROWS
@@ -274,7 +279,8 @@ class FluidTransport:
         self.e_down = np.zeros(ix.n_edges, np.int8)  # links taken down during the run (fail_link)
         # REPS: each flow's segments in hop order (its recycling round walks them both ways)
         self.ip[K.IP_REPS] = int(scheme.startswith("reps"))
-        if scheme.startswith("reps"):
+        self.ip[K.IP_AR] = int(scheme == "ar")
+        if scheme.startswith("reps") or scheme == "ar":
             lv = segment_levels(segs.ingress, segs.ch_ptr, segs.ch_idx)
             lo_idx = np.lexsort((lv, segs.flow)).astype(np.int64)
         else:
@@ -315,11 +321,13 @@ class FluidTransport:
         self.ecn = ecn
         self.fp[[K.FP_DT, K.FP_KMIN, K.FP_KMAX, K.FP_PMAX, K.FP_BUF_ALPHA, K.FP_PFC_ALPHA, K.FP_XOFF,
                  K.FP_XON_DELTA, K.FP_MTU, K.FP_TAU, K.FP_TAU_A, K.FP_TIMER, K.FP_BC, K.FP_F, K.FP_RAI,
-                 K.FP_G, K.FP_RMIN, K.FP_NIC_Q, K.FP_ETA, K.FP_WAI, K.FP_MAX_STAGE, K.FP_EQ_WMAX]] = [
+                 K.FP_G, K.FP_RMIN, K.FP_NIC_Q, K.FP_ETA, K.FP_WAI, K.FP_MAX_STAGE, K.FP_EQ_WMAX,
+                 K.FP_AR_TAU, K.FP_AR_GAIN]] = [
             dt, ecn.kmin_bytes, ecn.kmax_bytes, ecn.pmax, cfg.buffer.alpha, pfc.alpha,
             pfc.xoff_bytes or 0.0, xon, mtu, p.tau_ns, p.tau_alpha_ns, p.timer_ns, p.byte_counter,
             p.fast_recovery, p.rai_bps / 8e9, p.g, p.min_rate_bps / 8e9, 2.0 * mtu,
-            cfg.hpcc.eta, cfg.hpcc.wai_bytes, cfg.hpcc.max_stage, self.eqds_wmax]
+            cfg.hpcc.eta, cfg.hpcc.wai_bytes, cfg.hpcc.max_stage, self.eqds_wmax,
+            AR_TAU_NS, min(1.0, dt / AR_REACT_NS)]
         ns, ne = segs.n, ix.n_edges
         tm = trace_max if every else 1
         self._static = (

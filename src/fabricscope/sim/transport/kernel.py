@@ -37,12 +37,12 @@ from fabricscope.sim.transport.reroute import propagate_weights
 
 # ip: integer parameters
 (IP_L, IP_LCC, IP_CC, IP_PFC, IP_WD_DETECT, IP_WD_RESTORE, IP_STEPS, IP_TRACE_EVERY, IP_WD_FORWARD,
- IP_CC_EVERY, IP_CBFC, IP_LLR, IP_REPS) = range(13)
+ IP_CC_EVERY, IP_CBFC, IP_LLR, IP_REPS, IP_AR) = range(14)
 # fp: float parameters
 (FP_DT, FP_KMIN, FP_KMAX, FP_PMAX, FP_BUF_ALPHA, FP_PFC_ALPHA, FP_XOFF, FP_XON_DELTA, FP_MTU,
  FP_TAU, FP_TAU_A, FP_TIMER, FP_BC, FP_F, FP_RAI, FP_G, FP_RMIN, FP_NIC_Q,
- FP_ETA, FP_WAI, FP_MAX_STAGE, FP_EQ_WMAX) = range(22)
-N_IP, N_FP = 13, 22
+ FP_ETA, FP_WAI, FP_MAX_STAGE, FP_EQ_WMAX, FP_AR_TAU, FP_AR_GAIN) = range(24)
+N_IP, N_FP = 14, 24
 CC_NONE, CC_DCQCN, CC_HPCC, CC_NSCC, CC_EQDS = 0, 1, 2, 3, 4
 
 
@@ -145,6 +145,38 @@ def _reps(f, fptr, lo_idx, s_edge, s_in, s_w, s_last, ch_ptr, ch_idx, ch_frac, p
         for m in range(k0, k1):
             c = ch_idx[m]
             ch_frac[m] = ch_frac[m] * (1.0 - rq[c]) + ((1.0 - u) / n_alive if not rdead[c] else 0.0)
+        changed = True
+    if changed:
+        propagate_weights(lo_idx, a, b, s_in, s_w, ch_ptr, ch_idx, ch_frac)
+
+
+@numba.njit(cache=True)
+def _ar(f, fptr, lo_idx, s_edge, s_in, s_w, ch_ptr, ch_idx, ch_frac, e_down, arw, gain):  # type: ignore[no-untyped-def]
+    """Switch adaptive routing on local queues for flow ``f``, in a fluid: at every split (a
+    switch choosing among its egress ports toward the destination) each live port's share
+    moves by ``gain`` toward ``arw[e] / sum(arw)``, ``arw[e] = exp(-d_e / tau)`` with ``d_e``
+    the port's own queueing delay (occupancy / line rate). Every packet going to the port
+    whose queue drains soonest (join the shortest queue, as DRILL does per packet: Ghorbani et
+    al., "Drill: Micro Load Balancing for Low-latency Data Center Networks", SIGCOMM'17) puts
+    the ports' delays level; ``tau`` is how close. Ports that are down get nothing."""
+    a, b = fptr[f], fptr[f + 1]
+    changed = False
+    for i in range(a, b):
+        s = lo_idx[i]
+        k0, k1 = ch_ptr[s], ch_ptr[s + 1]
+        if k1 - k0 < 2:
+            continue
+        tot = 0.0
+        for m in range(k0, k1):
+            e = s_edge[ch_idx[m]]
+            if e_down[e] == 0:
+                tot += arw[e]
+        if tot <= 0.0:
+            continue
+        for m in range(k0, k1):
+            e = s_edge[ch_idx[m]]
+            target = arw[e] / tot if e_down[e] == 0 else 0.0
+            ch_frac[m] += gain * (target - ch_frac[m])
         changed = True
     if changed:
         propagate_weights(lo_idx, a, b, s_in, s_w, ch_ptr, ch_idx, ch_frac)
@@ -270,6 +302,10 @@ def advance(  # type: ignore[no-untyped-def]
     cbfc = ip[IP_CBFC] != 0  # credit-based flow control (UEC link layer) instead of PFC
     llr = ip[IP_LLR] != 0  # link-level retry of corrupted frames
     reps = ip[IP_REPS] != 0  # senders recycle the entropies that came back unmarked
+    ar = ip[IP_AR] != 0  # switches split by their own queues (adaptive routing)
+    ar_tau = fp[FP_AR_TAU]
+    ar_gain = fp[FP_AR_GAIN]
+    arw = np.ones(n_e if ar else 1)
     eq_wmax = fp[FP_EQ_WMAX]
     in_stamp = np.full(n_e, -1, np.int64)
     adm_stamp = np.full(n_e, -1, np.int64)
@@ -554,6 +590,9 @@ def advance(  # type: ignore[no-untyped-def]
             pr[(step + e_delay[e]) % L, e] = req[e]
         # ---------------------------------------------------------- flows
         t_next = t + dt
+        if ar:
+            for e in range(n_e):
+                arw[e] = math.exp(-qm[e] / max(e_cap[e], 1e-12) / ar_tau)
         for f in range(n_f):
             if f_state[f] != 1:
                 continue
@@ -585,6 +624,8 @@ def advance(  # type: ignore[no-untyped-def]
             qd_acc[f] += qd * dt
             if reps and (step - start_step[f]) % max(f_rtt_steps[f], 1) == 0:
                 _reps(f, fptr, lo_idx, s_edge, s_in, s_w, s_last, ch_ptr, ch_idx, ch_frac, pe, e_down, rq, rdead)
+            elif ar:
+                _ar(f, fptr, lo_idx, s_edge, s_in, s_w, ch_ptr, ch_idx, ch_frac, e_down, arw, ar_gain)
             if cc == CC_NONE or cc == CC_EQDS:  # noqa: SIM109 (plain compares in numba)
                 continue
             if cc == CC_NSCC:
