@@ -98,6 +98,7 @@ def test_cc_eqds_runs_receiver_credits_with_and_without_trimming(
         (("--cc", "dcqcn", "--cbfc", "--pfc"), "--cbfc: credit-based flow control replaces PFC"),
         (("--corrupt", "leaf-000~spine-00=1%"), "frame corruption is modelled by the transport engine only"),
         (("--cc", "nscc", "--corrupt", "leaf-000~spine-00=2"), "faults[0].loss: expected a fraction"),
+        (("--lb", "ar"), "lb ar: splits by switch queues, which only the transport engine has"),
     ],
 )
 def test_impossible_transport_flags_are_one_line(
@@ -183,3 +184,17 @@ def test_bad_poisson_specs_are_one_line(
     code, _, err = run_main(capsys, monkeypatch, "sim", "--topo", "leaf-spine:leaves=2,hosts_per_leaf=4,spines=2",
                             "--workload", workload, "--cc", "hpcc")
     _one_error_line(code, err, needle)
+
+
+def test_lb_ar_runs_beside_spray_in_one_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, err = run_main(capsys, monkeypatch, "sim", "--topo", "leaf-spine:leaves=4,hosts_per_leaf=8,spines=8",
+                              "--workload", "permutation:size=2MB", "--degrade", "leaf-000~spine-00=0.25",
+                              "--cc", "nscc", "--lb", "spray,ar", "--out", str(tmp_path), "--no-plot")
+    assert code == 0, err
+    rows = {ln.split()[0] + (" f" if "(faults)" in ln else ""): ln.split() for ln in out.splitlines()
+            if re.match(r"^(spray|ar)\b", ln)}
+    # the leaf's own uplink direction is levelled: the mean drops; the spine's is out of its sight
+    assert float(rows["ar f"][2]) < float(rows["spray f"][2])
+    assert rows["ar"][1:6] == rows["spray"][1:6]  # healthy runs: the same numbers
