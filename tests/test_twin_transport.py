@@ -96,6 +96,9 @@ def test_occurrences_are_counted_exactly() -> None:
     assert sum(ep.starts_in(t, t + 7 * MS) for t in range(0, 4 * NS, 7 * MS)) == 10  # no double counts
     assert ep.offset_at(2 * NS + 5 + 100 * MS + 1000) == 1000.0
     assert ep.offset_at(2 * NS + 5 + 100 * MS + int(r.stats.sim_time_ns) + 1) is None  # between runs
+    last = 2 * NS + 5 + 9 * 100 * MS  # the last occurrence starts just before until and runs on
+    cut = TransportEpisode(r, start_ns=2 * NS + 5, every_ns=100 * MS, until_ns=last + 1)
+    assert cut.offset_at(last + 1000) == 1000.0 and cut.latest_start(10 * NS) == last
     once = TransportEpisode(r, start_ns=NS)
     assert once.starts_in(0, 10 * NS) == 1 and once.offset_at(NS + 10) == 10.0
 

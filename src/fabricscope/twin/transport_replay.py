@@ -114,12 +114,10 @@ class TransportEpisode:
         return int(begin)
 
     def offset_at(self, t: int) -> float | None:
-        """Time since the start of the occurrence that holds ``t`` (None: none does)."""
-        if t < self.start_ns:
-            return None
-        k = 0 if self.every_ns is None else (t - self.start_ns) // self.every_ns
-        begin = self.start_ns + k * (self.every_ns or 0)
-        if self.until_ns is not None and begin >= self.until_ns:
+        """Time since the start of the occurrence that holds ``t`` (None: none does; one that
+        began before ``until_ns`` runs to its end)."""
+        begin = self.latest_start(t)
+        if begin is None:
             return None
         off = float(t - begin)
         return off if off < self.span_ns else None
