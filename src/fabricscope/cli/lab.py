@@ -169,6 +169,8 @@ def register(app: typer.Typer) -> None:
         prefix: str = typer.Option("fsl", help="lab prefix (without --inventory)"),
         seed: int = typer.Option(0, help="the agents' plan seed"),
         epoch: float = typer.Option(30.0, help="the agents' epoch length (s)"),
+        at: float | None = typer.Option(None, "--at", help="Unix time whose epoch (and the next) to trace "
+                                        "the flows of (default: now)"),
         rate: float = typer.Option(100.0, help="the agents' probe rate (plan budget)"),
         pps: float = typer.Option(50.0, help="most trace probes per second (overall, and per router to start)"),
         retries: int = typer.Option(8, help="extra tries of a hop that stays silent"),
@@ -202,7 +204,7 @@ def register(app: typer.Typer) -> None:
         nics = self_nics(fabric, self_id) if self_id is not None else None
         with _signals_end_command(lambda s: err(f"lab trace: {s}: stopped, {out} not written")):
             flows, res = trace_host(fabric, nics, port_addr=port_addr, seed=seed, epoch_s=epoch,
-                                    rate_pps=rate, pps=pps, timeout_s=timeout, retries=retries)
+                                    rate_pps=rate, now_s=at, pps=pps, timeout_s=timeout, retries=retries)
         if flows and not res.paths:
             raise TransportError(f"lab trace: nothing traced, {out} not written: {res.summary()}")
         write_path_cache(res, out)

@@ -382,16 +382,17 @@ def read_port_addresses(path: Path) -> dict[str, str]:
 
 
 def trace_host(fabric: Fabric, nics: Sequence[str] | None, *, port_addr: Mapping[str, str] | None = None,
-               seed: int = 0, epoch_s: float = 30.0, rate_pps: float = 100.0, **trace_kw: Any,
-               ) -> tuple[list[FiveTuple], TraceResult]:
+               seed: int = 0, epoch_s: float = 30.0, rate_pps: float = 100.0, now_s: float | None = None,
+               **trace_kw: Any) -> tuple[list[FiveTuple], TraceResult]:
     """Paris-trace the probe flows of ``nics`` (None: the inventory NICs on this host's
-    interfaces) in both directions; returns the flows and the :class:`TraceResult`."""
+    interfaces) in both directions, those of the epoch holding ``now_s`` (None: now) and the
+    next; returns the flows and the :class:`TraceResult`."""
     if nics is None:
         nics = local_nics(fabric, local_ipv4_addresses())
         if not nics:
             raise ConfigError(f"lab trace: no NIC of inventory {fabric.name!r} has an address on this "
                               "host's interfaces; give --self (or run inside the host's namespace)")
-    flows = trace_flows(fabric, nics, seed=seed, epoch_s=epoch_s, rate_pps=rate_pps)
+    flows = trace_flows(fabric, nics, seed=seed, epoch_s=epoch_s, rate_pps=rate_pps, now_s=now_s)
     return flows, trace_paths(fabric, flows, HopMap.build(fabric, port_addr), **trace_kw)
 
 
