@@ -21,13 +21,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fabricscope.fabric.builders import leaf_spine_fabric
+from fabricscope.fabric.builders import fat_tree_fabric, leaf_spine_fabric
 from fabricscope.fabric.inventory import Fabric
 from fabricscope.model.errors import ConfigError
 from fabricscope.model.records import Finding, TelemetryEvent
 from fabricscope.sim.clock import SimClock
+from fabricscope.sim.faults import Fault
 from fabricscope.sim.flows import FlowSpec, Workload
 from fabricscope.sim.transport import BufferConfig, PfcConfig, TransportConfig, simulate_transport
+from fabricscope.sim.transport.config import LinkLayerConfig
+from fabricscope.sim.transport.nscc import NsccConfig
 from fabricscope.sim.transport.results import TransportResult
 from fabricscope.sim.workload.traffic import incast
 from fabricscope.telemetry.detectors import PauseStormDetector, default_detectors
@@ -307,19 +310,23 @@ sinks:
         server.wait(timeout=20)
 
 
-def _supervise(line: str) -> dict[str, Any]:
+def _supervise(line: str, twin: str = "leaf-spine:leaves=2,hosts_per_leaf=8,spines=2") -> dict[str, Any]:
     from fabricscope.service.supervise_loop import run_supervise
 
-    return run_supervise(twin="leaf-spine:leaves=2,hosts_per_leaf=8,spines=2", faults=[], transport=[line],
-                         duration="60s", tick="5s", instruments="telemetry")
+    return run_supervise(twin=twin, faults=[], transport=[line], duration="60s", tick="5s",
+                         instruments="telemetry")
 
 
-def test_the_closed_loop_names_a_physics_born_storm_on_the_stuck_nic() -> None:
+@pytest.mark.parametrize(("twin", "nic"), [
+    ("leaf-spine:leaves=2,hosts_per_leaf=8,spines=2", "host0009/nic0"),
+    ("rail-optimized:servers=8", "host0005/nic3"),  # another shape: 8 rails, 8 NICs per host
+])
+def test_the_closed_loop_names_a_physics_born_storm_on_the_stuck_nic(twin: str, nic: str) -> None:
     """``supervise --transport``: the diagnosis, which reads only the detectors' findings, names
     the stuck NIC's port as a PFC storm (its switch sees only the pauses it receives)."""
-    doc = _supervise("stuck-nic nic=host0009/nic0 start=20s")
+    doc = _supervise(f"stuck-nic nic={nic} start=20s", twin)
     (score,) = doc["score"]["faults"]
-    assert (score["expected"]["resource"], score["expected"]["fault"]) == ("host0009/nic0:p0", "pfc-storm")
+    assert (score["expected"]["resource"], score["expected"]["fault"]) == (f"{nic}:p0", "pfc-storm")
     assert score["found"] and score["time_to_root_cause_s"] <= 15.0, doc["score"]
     assert "fabric time per run" in doc["transport"][0]["run"]
 
@@ -381,3 +388,44 @@ def test_each_flows_sink_serves_the_int_md_stack_of_its_worst_packet() -> None:
     u = [h.queue_occupancy / (cap[e] * T) + h.tx_utilization / 1e6
          for h, e in zip(hops, path[::-1][:3], strict=True)]
     assert int(np.argmax(u)) == 0
+
+
+@pytest.mark.parametrize("trimming", [True, False])
+def test_trims_drops_and_link_retries_land_on_a_fat_tree_too(trimming: bool) -> None:
+    """Another shape and transport: a k = 4 fat tree, a 10:1 NSCC incast, one core cable
+    corrupting 1 % of its frames under link-level retry. With trimming the switches trim
+    (trimmed-pkts), without it they drop (out-discards); the retries count at the corrupting
+    link's sender. Every switch port holds k times the engine's count, none anything else."""
+    fab = fat_tree_fabric(k=4)
+    ix = fab.index
+    core = next(lk for lk in fab.links if "core" in lk.a + lk.b)
+    cfg = TransportConfig(cc="nscc", nscc=NsccConfig(trimming=trimming), link=LinkLayerConfig(llr=True))
+    r = simulate_transport(fab, incast(fab, 500e3, senders=10, seed=2), config=cfg,
+                           faults=[Fault("gray-loss", f"{core.a}|{core.b}", 0, None, {"loss": 0.01})])
+    st = r.stats
+    assert r.unfinished == 0
+    clock = SimClock()
+    tw = Twin(fab, clock=clock, rng=0)
+    tw.add_transport(TransportEpisode(r, start_ns=NS // 2, every_ns=50 * MS))
+    clock.advance(2 * NS)
+    tw.sync()
+    k = 30  # 0.5, 0.55, ..., 1.95 s
+    mtu = tw.cfg.mtu_bytes
+    trimmed = st.trimmed_bytes if st.trimmed_bytes is not None else np.zeros(ix.n_edges)
+    llr = st.llr_retried_frames if st.llr_retried_frames is not None else np.zeros(ix.n_edges)
+    seen = {"trimmed": 0, "dropped": 0, "llr": 0}
+    for e in range(ix.n_edges):
+        port = ix.from_port[e]
+        if port.startswith("host"):
+            continue
+        trims = _value(tw, port, "trimmed-pkts")
+        drops = _value(tw, port, "out-discards")
+        retried = _value(tw, port, "llr/state/retried-frames")
+        assert trims == int(k * trimmed[e] / mtu), port
+        assert drops == int(k * max(st.drop_bytes[e] - trimmed[e], 0.0) / mtu), port
+        assert retried == int(k * llr[e]), port
+        seen["trimmed"] += trims > 0
+        seen["dropped"] += drops > 0
+        seen["llr"] += retried > 0
+    assert seen["llr"] >= 1  # the corrupting cable's sender
+    assert (seen["trimmed"] >= 1, seen["dropped"] >= 1) == ((True, False) if trimming else (False, True)), seen

@@ -156,12 +156,15 @@ class TransportTruth:
 def transport_truth(text: str, fabric: Fabric, ep: TransportEpisode) -> TransportTruth:
     """The truth of one ``--transport`` line (already accepted by :func:`parse_transport`)."""
     pattern, kv = _split(text, "--transport")
+    key = "receiver" if pattern == "incast" else "nic"
+    nic = _nic(fabric, kv.get(key), key, "--transport")
+    ports = [p for p in fabric.ports_of.get(nic, ()) if p in fabric.peer_port]
+    if not ports:
+        raise ConfigError(f"--transport: {text!r}: {key}: {nic!r} has no cabled port to score against")
     if pattern == "incast":
-        nic = _nic(fabric, kv.get("receiver"), "receiver", "--transport")
-        subject, fault_type = fabric.peer_port[fabric.ports_of[nic][0]], "incast-congestion"
+        subject, fault_type = fabric.peer_port[ports[0]], "incast-congestion"
     else:
-        nic = _nic(fabric, kv.get("nic"), "nic", "--transport")
-        subject, fault_type = fabric.ports_of[nic][0], "pfc-storm"
+        subject, fault_type = ports[0], "pfc-storm"
     return TransportTruth(pattern, subject, ep.start_ns, ep.until_ns, fault_type)
 
 

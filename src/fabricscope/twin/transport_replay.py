@@ -221,13 +221,18 @@ def sink_of(fabric: Fabric, path: tuple[int, ...]) -> str | None:
     return None
 
 
+def _trace_columns(r: TransportResult) -> dict[int, int]:
+    """Link -> its column in the run's queue trace."""
+    return {int(e): k for k, e in enumerate(r.trace_edges.tolist())}
+
+
 def worst_row(ep: TransportEpisode, flow: int, fabric: Fabric) -> int | None:
     """Row of the run's queue trace at which ``flow``'s route held the most queueing delay
     (None: nothing on its route was traced)."""
     r = ep.result
     if not ep.paths or r.queue_trace_t_ns.size == 0:
         return None
-    col = {int(e): k for k, e in enumerate(r.trace_edges.tolist())}
+    col = _trace_columns(r)
     cap = fabric.index.capacity_bps / 8.0
     cols = [(col[e], cap[e]) for e in ep.paths[flow] if e in col]
     if not cols:
@@ -246,7 +251,7 @@ def int_stack(ep: TransportEpisode, flow: int, fabric: Fabric, *, begin_ns: int,
     r = ep.result
     path = ep.paths[flow]
     row = worst_row(ep, flow, fabric)
-    col = {int(e): k for k, e in enumerate(r.trace_edges.tolist())}
+    col = _trace_columns(r)
     cap = ix.capacity_bps / 8.0
     span = max(r.stats.sim_time_ns, 1.0)
     t = float(begin_ns) + (float(r.queue_trace_t_ns[row]) if row is not None else 0.0)
